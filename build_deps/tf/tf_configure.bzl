@@ -1,0 +1,56 @@
+"""Exposes the installed TensorFlow pip package to Bazel as @local_config_tf.
+
+configure.sh writes the paths into .bazelrc (--repo_env); this rule symlinks
+the header directory and libtensorflow_framework.so.2 and records the
+TensorFlow version the library is built against.
+"""
+
+_ENV = [
+    "TF_HEADER_DIR",
+    "TF_SHARED_LIBRARY_DIR",
+    "TF_SHARED_LIBRARY_NAME",
+    "TF_VERSION",
+    "TF_CXX11_ABI_FLAG",
+]
+
+def _require(rctx, name):
+    value = rctx.os.environ.get(name, "")
+    if not value:
+        fail("%s is not set: run ./configure.sh before bazel build." % name)
+    return value
+
+def _tf_configure_impl(rctx):
+    header_dir = _require(rctx, "TF_HEADER_DIR")
+    lib_dir = _require(rctx, "TF_SHARED_LIBRARY_DIR")
+    lib_name = _require(rctx, "TF_SHARED_LIBRARY_NAME")
+    version = _require(rctx, "TF_VERSION")
+    rctx.symlink(header_dir, "include")
+    rctx.symlink(lib_dir + "/" + lib_name, "lib/" + lib_name)
+    rctx.file("BUILD", """
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "tf_header_lib",
+    hdrs = glob(["include/**/*.h", "include/**/*.inc", "include/**/*.hpp",
+                 "include/unsupported/Eigen/**", "include/Eigen/**"]),
+    includes = ["include"],
+)
+
+cc_library(
+    name = "libtensorflow_framework",
+    srcs = ["lib/{lib_name}"],
+)
+
+exports_files(["_build_info.py"])
+""".format(lib_name = lib_name))
+    rctx.file("_build_info.py", '''"""Written by the build: what this library was built against."""
+
+TF_VERSION = "{version}"
+CXX11_ABI_FLAG = {abi}
+'''.format(version = version, abi = rctx.os.environ.get("TF_CXX11_ABI_FLAG", "1")))
+
+tf_configure = repository_rule(
+    implementation = _tf_configure_impl,
+    environ = _ENV,
+    local = True,
+)

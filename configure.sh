@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Writes .bazelrc for building _tf_opt_ops.so against the installed TensorFlow.
+#
+# No prompts, no network. Python: $PYTHON_BIN_PATH, else ./.venv/bin/python,
+# else python3. Everything TensorFlow-specific (headers, library, ABI and
+# C++ flags, version) comes from tf.sysconfig of that Python.
+set -euo pipefail
+cd "$(dirname "$0")"
+root="$(pwd)"
+
+python="${PYTHON_BIN_PATH:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x .venv/bin/python ]]; then python="$root/.venv/bin/python"; else python="$(command -v python3)"; fi
+fi
+
+tf_info="$("$python" - <<'PY'
+import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+cflags = tf.sysconfig.get_compile_flags()
+lflags = tf.sysconfig.get_link_flags()
+include = next(f[2:] for f in cflags if f.startswith("-I"))
+lib_dir = next(f[2:] for f in lflags if f.startswith("-L"))
+lib_name = next(f[3:] for f in lflags if f.startswith("-l:"))
+copts = [f for f in cflags if not f.startswith("-I")]
+print(include); print(lib_dir); print(lib_name); print(tf.__version__)
+print(tf.sysconfig.CXX11_ABI_FLAG); print(" ".join(copts))
+PY
+)" || { echo "configure.sh: cannot import tensorflow with $python; run 'make venv' first." >&2; exit 1; }
+{ read -r tf_include; read -r tf_lib_dir; read -r tf_lib_name; read -r tf_version;
+  read -r tf_abi; read -r tf_copts; } <<<"$tf_info"
+
+platforms_dir="$(dirname "$(dpkg -L bazel-platforms 2>/dev/null | grep '/platforms/WORKSPACE$' | head -n1)")"
+if [[ ! -f "$platforms_dir/WORKSPACE" ]]; then
+  echo "configure.sh: Debian's bazel-platforms package is missing (apt-get install bazel-bootstrap bazel-platforms)." >&2
+  exit 1
+fi
+
+{
+  echo "# Written by configure.sh for TensorFlow $tf_version ($python). Do not edit; re-run ./configure.sh."
+  echo "build --repo_env=TF_HEADER_DIR=$tf_include"
+  echo "build --repo_env=TF_SHARED_LIBRARY_DIR=$tf_lib_dir"
+  echo "build --repo_env=TF_SHARED_LIBRARY_NAME=$tf_lib_name"
+  echo "build --repo_env=TF_VERSION=$tf_version"
+  echo "build --repo_env=TF_CXX11_ABI_FLAG=$tf_abi"
+  echo "build --action_env=PYTHON_BIN_PATH=$python"
+  # Debian's Bazel 4.2.3 builds offline once these point at local directories.
+  echo "build --override_repository=rules_cc=$root/third_party/rules_cc"
+  echo "build --override_repository=rules_java=$root/third_party/rules_java"
+  echo "build --override_repository=platforms=$platforms_dir"
+  for f in $tf_copts; do
+    case "$f" in
+      --std=*|-std=*) echo "build --cxxopt=-std=${f#*=}" ;;
+      *) echo "build --copt=$f" ;;
+    esac
+  done
+  echo "build -c opt"
+  # TF's headers are thousands of files: symlinking them into a sandbox per
+  # compile costs more than the compile.
+  echo "build --spawn_strategy=standalone"
+  echo "build --strategy=Genrule=standalone"
+  echo "build --show_result=0"
+} > .bazelrc
+
+echo "configure.sh: wrote .bazelrc for TensorFlow $tf_version"

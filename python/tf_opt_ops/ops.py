@@ -1,0 +1,116 @@
+"""Raw wrappers of the fused ops, for users who write their own training loops.
+
+Every wrapper takes the variables (`tf.Variable`, a Keras variable, or a
+resource handle tensor), the gradient, and the hyperparameters as Python
+numbers or scalar tensors. Hyperparameters are float64 for float64 variables
+and float32 for every other type (float16/bfloat16 variables compute in float32
+inside the kernels). Duplicate indices are summed inside the kernels; rows not
+named by `indices` are not read or written.
+"""
+
+import tensorflow as tf
+
+from tf_opt_ops._loader import load_library
+
+# The op names carry the library prefix `TfOptOps>`, so a SavedModel that uses
+# them names this library when it is loaded without it.
+OP_NAMES = (
+    "TfOptOps>ResourceSparseApplyLazyAdam",
+    "TfOptOps>ResourceApplyClippyAdagrad",
+    "TfOptOps>ResourceSparseApplyClippyAdagrad",
+)
+
+
+def scalar_dtype(dtype):
+  """The dtype of the hyperparameter inputs for variables of `dtype`."""
+  return tf.float64 if tf.as_dtype(dtype) == tf.float64 else tf.float32
+
+
+def _handle(variable):
+  if isinstance(variable, tf.Tensor) and variable.dtype == tf.resource:
+    return variable
+  return variable.handle
+
+
+def _scalar(value, dtype):
+  return tf.cast(value, dtype) if isinstance(value, tf.Tensor) else tf.constant(value, dtype)
+
+
+def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power,
+                     lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                     use_locking=False, name=None):
+  """Lazy Adam on the rows of `var`, `m`, `v` named by `indices`.
+
+  For each distinct row i of `indices` (duplicate rows' gradients summed first):
+    lr_t = lr * sqrt(1 - beta_2_power) / (1 - beta_1_power)
+    m[i] = beta_1 * m[i] + (1 - beta_1) * g[i]
+    v[i] = beta_2 * v[i] + (1 - beta_2) * g[i]^2
+    var[i] -= lr_t * m[i] / (sqrt(v[i]) + epsilon)
+  `beta_1_power`/`beta_2_power` are beta^t for the 1-based step t, as in
+  `tf.raw_ops.ResourceApplyAdam`. Returns the op (no outputs).
+  """
+  grad = tf.convert_to_tensor(grad)
+  s = scalar_dtype(grad.dtype)
+  return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(
+      var=_handle(var), m=_handle(m), v=_handle(v),
+      beta1_power=_scalar(beta_1_power, s), beta2_power=_scalar(beta_2_power, s),
+      lr=_scalar(lr, s), beta1=_scalar(beta_1, s), beta2=_scalar(beta_2, s),
+      epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
+      use_locking=use_locking, name=name)
+
+
+def _clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
+                   accumulator_relative_threshold, absolute_threshold):
+  s = scalar_dtype(grad.dtype)
+  return dict(lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
+              variable_relative_threshold=_scalar(variable_relative_threshold, s),
+              accumulator_relative_threshold=_scalar(accumulator_relative_threshold, s),
+              absolute_threshold=_scalar(absolute_threshold, s))
+
+
+def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7,
+                   variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+                   absolute_threshold=1e-7, clip_accumulator_update=False,
+                   use_standard_accumulator_update=False, use_locking=False, name=None):
+  """Clippy Adagrad on every element of `var` with a dense `grad`.
+
+  Returns the clipping scale in [0, 1] (float64 for float64 variables, float32
+  otherwise), one per variable:
+    if use_standard_accumulator_update: accum += g^2
+    p = 1 / sqrt(accum + epsilon); delta = lr * g * p
+    max_d = variable_relative_threshold * |var| + accumulator_relative_threshold * p
+            + absolute_threshold
+    scale = min(1, min over delta != 0 of max_d / |delta|)
+    if not use_standard_accumulator_update:
+      accum += (g * scale)^2 if clip_accumulator_update else g^2
+    var -= delta * scale
+  """
+  grad = tf.convert_to_tensor(grad)
+  return load_library().tf_opt_ops_resource_apply_clippy_adagrad(
+      var=_handle(var), accum=_handle(accum), grad=grad,
+      clip_accumulator_update=clip_accumulator_update,
+      use_standard_accumulator_update=use_standard_accumulator_update,
+      use_locking=use_locking, name=name,
+      **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
+                       accumulator_relative_threshold, absolute_threshold))
+
+
+def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
+                          variable_relative_threshold=0.1,
+                          accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
+                          clip_accumulator_update=False,
+                          use_standard_accumulator_update=False, use_locking=False,
+                          name=None):
+  """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
+
+  The math is that of `clippy_adagrad` over the touched rows only; the scale is
+  the minimum over those rows. Returns the scale.
+  """
+  grad = tf.convert_to_tensor(grad)
+  return load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad(
+      var=_handle(var), accum=_handle(accum), grad=grad, indices=indices,
+      clip_accumulator_update=clip_accumulator_update,
+      use_standard_accumulator_update=use_standard_accumulator_update,
+      use_locking=use_locking, name=name,
+      **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
+                       accumulator_relative_threshold, absolute_threshold))

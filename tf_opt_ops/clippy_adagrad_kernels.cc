@@ -1,0 +1,185 @@
+// Clippy Adagrad: OpKernels (validation, locking) and the CPU functors.
+#define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
+
+#include "tf_opt_ops/clippy_adagrad_kernels.h"
+
+#include <mutex>
+
+#include "tf_opt_ops/kernel_helpers.h"
+
+namespace tf_opt_ops {
+namespace {
+
+constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dense op
+
+// Clippy's two passes over `count` spans in parallel: span k covers
+// `length(k)` elements of var/accum from `offset(k)` and of the gradient
+// from `grad_offset(k)`. Returns the scale.
+template <typename T, typename G, typename Offset, typename Length, typename GradOffset>
+ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* grad,
+                            int64_t count, int64_t span, Offset offset, Length length,
+                            GradOffset grad_offset, const ClippyStep<ComputeT<T>>& step) {
+  using C = ComputeT<T>;
+  const auto& device = ctx->eigen_cpu_device();
+  std::mutex mu;
+  C min_ratio = C(1);
+  device.parallelFor(
+      count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
+      [&](int64_t begin, int64_t end) {
+        C local = C(1);
+        for (int64_t k = begin; k < end; ++k) {
+          const int64_t o = offset(k);
+          local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step, local);
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        min_ratio = NanMin<C>(min_ratio, local);
+      });
+  const C scale = ClippyScale<C>(min_ratio);
+  device.parallelFor(
+      count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+          const int64_t o = offset(k);
+          ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
+        }
+      });
+  return scale;
+}
+
+}  // namespace
+
+namespace functor {
+
+template <typename T>
+struct ApplyClippyAdagrad<CPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var,
+                          Tensor* accum, const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
+    // The dense variable as contiguous blocks, whatever its shape.
+    const int64_t n = var->NumElements();
+    const auto offset = [](int64_t k) { return k * kBlock; };
+    const auto length = [n](int64_t k) { return std::min(kBlock, n - k * kBlock); };
+    scale->scalar<ComputeT<T>>()() = ClippyTwoPasses(
+        ctx, var->flat<T>().data(), accum->flat<T>().data(), grad.flat<T>().data(),
+        (n + kBlock - 1) / kBlock, kBlock, offset, length, offset, step);
+    return absl::OkStatus();
+  }
+};
+
+template <typename T, typename Tindex>
+struct SparseApplyClippyAdagrad<CPUDevice, T, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
+                          Tensor* var, Tensor* accum, const ClippyStep<ComputeT<T>>& step,
+                          Tensor* scale) {
+    const int64_t num_rows = var->dim_size(0);
+    RowGroups groups;
+    TF_RETURN_IF_ERROR(GroupRows<Tindex>(indices, num_rows, &groups));
+    const int64_t dim = var->NumElements() / num_rows;  // num_rows > 0: an index is valid
+    SummedGradRows<T> grad_rows;
+    TF_RETURN_IF_ERROR(grad_rows.Init(ctx, groups, grad.flat<T>().data(), dim));
+    const int64_t* rows = groups.rows();
+    const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+    const auto length = [dim](int64_t) { return dim; };
+    const auto grad_offset = [dim](int64_t u) { return u * dim; };
+    grad_rows.Visit([&](const auto* g) {
+      scale->scalar<ComputeT<T>>()() =
+          ClippyTwoPasses(ctx, var->flat<T>().data(), accum->flat<T>().data(), g,
+                          groups.num_unique(), dim, offset, length, grad_offset, step);
+    });
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace functor
+
+// One OpKernel for the dense and the sparse op: they differ in the gradient
+// inputs only.
+template <typename Device, typename T, typename Tindex, bool kSparse>
+class ClippyAdagradOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit ClippyAdagradOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_accumulator_update", &clip_accumulator_update_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_standard_accumulator_update",
+                                     &use_standard_accumulator_update_));
+    OP_REQUIRES(ctx, !(clip_accumulator_update_ && use_standard_accumulator_update_),
+                InvalidArgument(
+                    "clip_accumulator_update and use_standard_accumulator_update cannot both "
+                    "be true: set at most one of them."));
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    LockedVariables<Device, T> vars;
+    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/kSparse, {0, 1},
+                                     {"var", "accum"}));
+    ClippyStep<C> step;
+    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 2, "lr", &step.lr));
+    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "epsilon", &step.epsilon));
+    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 4, "variable_relative_threshold",
+                                   &step.variable_relative_threshold));
+    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 5, "accumulator_relative_threshold",
+                                   &step.accumulator_relative_threshold));
+    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 6, "absolute_threshold", &step.absolute_threshold));
+    step.clip_accumulator_update = clip_accumulator_update_;
+    step.use_standard_accumulator_update = use_standard_accumulator_update_;
+    const Tensor& grad = ctx->input(7);
+    Tensor* scale = nullptr;
+    if constexpr (kSparse) {
+      const Tensor& indices = ctx->input(8);
+      OP_REQUIRES_OK(ctx, ValidateSparseGrad(*vars.tensor(0), grad, indices));
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
+      if (indices.NumElements() == 0) {  // nothing touched: nothing clipped
+        OP_REQUIRES_OK(ctx, SetScaleToOne(ctx, scale));
+        return;
+      }
+      OP_REQUIRES_OK(ctx, functor::SparseApplyClippyAdagrad<Device, T, Tindex>()(
+                              ctx, indices, grad, vars.tensor(0), vars.tensor(1), step, scale));
+    } else {
+      OP_REQUIRES_OK(ctx, ValidateDenseGrad(*vars.tensor(0), grad));
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
+      OP_REQUIRES_OK(ctx, functor::ApplyClippyAdagrad<Device, T>()(
+                              ctx, grad, vars.tensor(0), vars.tensor(1), step, scale));
+    }
+  }
+
+ private:
+  static absl::Status SetScaleToOne(OpKernelContext* ctx, Tensor* scale);
+
+  bool use_locking_;
+  bool clip_accumulator_update_;
+  bool use_standard_accumulator_update_;
+};
+
+template <typename Device, typename T, typename Tindex, bool kSparse>
+absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernelContext* ctx,
+                                                                         Tensor* scale) {
+  scale->scalar<C>().device(ctx->eigen_device<Device>()) = scale->scalar<C>().constant(C(1));
+  return absl::OkStatus();
+}
+
+#define TF_OPT_OPS_REGISTER_CPU(T)                                                      \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceApplyClippyAdagrad")                   \
+                              .Device(tensorflow::DEVICE_CPU)                           \
+                              .TypeConstraint<T>("T")                                   \
+                              .TypeConstraint<ComputeT<T>>("Tscalar"),                  \
+                          ClippyAdagradOp<CPUDevice, T, int32_t, false>);               \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad")             \
+                              .Device(tensorflow::DEVICE_CPU)                           \
+                              .TypeConstraint<T>("T")                                   \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")                   \
+                              .TypeConstraint<int32_t>("Tindices"),                     \
+                          ClippyAdagradOp<CPUDevice, T, int32_t, true>);                \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad")             \
+                              .Device(tensorflow::DEVICE_CPU)                           \
+                              .TypeConstraint<T>("T")                                   \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")                   \
+                              .TypeConstraint<int64_t>("Tindices"),                     \
+                          ClippyAdagradOp<CPUDevice, T, int64_t, true>);
+TF_CALL_half(TF_OPT_OPS_REGISTER_CPU);
+TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_CPU);
+TF_CALL_float(TF_OPT_OPS_REGISTER_CPU);
+TF_CALL_double(TF_OPT_OPS_REGISTER_CPU);
+#undef TF_OPT_OPS_REGISTER_CPU
+
+}  // namespace tf_opt_ops

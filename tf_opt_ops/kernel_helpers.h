@@ -1,0 +1,202 @@
+// What the fused kernels share on the TensorFlow side: finding and locking
+// the resource variables, validating inputs before any write, reading scalar
+// hyperparameters, and summing duplicate gradient rows.
+#ifndef TF_OPT_OPS_KERNEL_HELPERS_H_
+#define TF_OPT_OPS_KERNEL_HELPERS_H_
+
+#ifndef EIGEN_USE_THREADS
+#error "define EIGEN_USE_THREADS before including any header (TensorFlow kernel idiom)"
+#endif
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tf_opt_ops/optimizer_math.h"
+#include "tf_opt_ops/row_groups.h"
+
+namespace tf_opt_ops {
+
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::TensorShapeUtils;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+template <typename... Args>
+absl::Status InvalidArgument(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+// Holds the locks of the op's resource variables and their live tensors.
+// Fails (InvalidArgument) when a variable does not exist or is uninitialized.
+template <typename Device, typename T>
+class LockedVariables {
+ public:
+  // `inputs` are the input positions of the resource variables; `names` name
+  // them in errors. `sparse` as in MaybeLockVariableInputMutexesInOrder.
+  absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
+                       const std::vector<int>& inputs,
+                       const std::vector<const char*>& names) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      tensorflow::core::RefCountPtr<tensorflow::Var> var;
+      if (!tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, inputs[k]), &var)
+               .ok()) {
+        return InvalidArgument(
+            names[k], " is an uninitialized or deleted variable (input ", inputs[k], " of ",
+            ctx->op_kernel().name(), "): initialize it before applying the optimizer.");
+      }
+    }
+    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(
+        ctx, use_locking, sparse, inputs));
+    tensors_.resize(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<Device, T>(
+          ctx, inputs[k], use_locking, sparse, &tensors_[k]));
+      if (!tensors_[k].IsInitialized()) {
+        return InvalidArgument(
+            names[k], " is uninitialized (input ", inputs[k], " of ", ctx->op_kernel().name(),
+            "): initialize it before applying the optimizer.");
+      }
+    }
+    for (size_t k = 1; k < inputs.size(); ++k) {
+      if (!tensors_[0].shape().IsSameSize(tensors_[k].shape())) {
+        return InvalidArgument(
+            names[k], " must have the shape of ", names[0], ": ", names[k], " ",
+            tensors_[k].shape().DebugString(), " vs ", names[0], " ",
+            tensors_[0].shape().DebugString());
+      }
+    }
+    if (!TensorShapeUtils::IsVectorOrHigher(tensors_[0].shape())) {
+      return InvalidArgument(names[0], " must be at least 1-D, got ",
+                                                 tensors_[0].shape().DebugString());
+    }
+    return absl::OkStatus();
+  }
+
+  Tensor* tensor(int k) { return &tensors_[k]; }
+
+ private:
+  std::optional<tensorflow::VariableInputLockHolder> lock_;
+  std::vector<Tensor> tensors_;
+};
+
+// Reads the scalar hyperparameter at `input`, failing when it is not a scalar.
+template <typename C>
+absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* out) {
+  const Tensor& t = ctx->input(input);
+  if (!TensorShapeUtils::IsScalar(t.shape())) {
+    return InvalidArgument(name, " must be a scalar, got shape ",
+                                               t.shape().DebugString());
+  }
+  *out = t.scalar<C>()();
+  return absl::OkStatus();
+}
+
+// grad must be [len(indices), var.shape[1:]...]; indices a vector.
+inline absl::Status ValidateSparseGrad(const Tensor& var, const Tensor& grad,
+                                       const Tensor& indices) {
+  if (!TensorShapeUtils::IsVector(indices.shape())) {
+    return InvalidArgument("indices must be a vector, got shape ",
+                                               indices.shape().DebugString());
+  }
+  if (grad.dims() < 1 || grad.dim_size(0) != indices.dim_size(0)) {
+    return InvalidArgument(
+        "grad must have one row per index: grad ", grad.shape().DebugString(), " vs indices ",
+        indices.shape().DebugString());
+  }
+  bool rows_match = grad.dims() == var.dims();
+  for (int d = 1; rows_match && d < var.dims(); ++d) {
+    rows_match = grad.dim_size(d) == var.dim_size(d);
+  }
+  if (!rows_match) {
+    return InvalidArgument(
+        "grad rows must have the shape of var rows: grad ", grad.shape().DebugString(),
+        " vs var ", var.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status ValidateDenseGrad(const Tensor& var, const Tensor& grad) {
+  if (!var.shape().IsSameSize(grad.shape())) {
+    return InvalidArgument("grad must have the shape of var: grad ",
+                                               grad.shape().DebugString(), " vs var ",
+                                               var.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// Groups `indices` by row after checking each is in [0, num_rows).
+template <typename Tindex>
+absl::Status GroupRows(const Tensor& indices, int64_t num_rows, RowGroups* groups) {
+  const auto flat = indices.flat<Tindex>();
+  const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows);
+  if (bad >= 0) {
+    return InvalidArgument(
+        "indices[", bad, "] = ", static_cast<int64_t>(flat(bad)), " is not in [0, ", num_rows,
+        "): every index must name a row of var");
+  }
+  return absl::OkStatus();
+}
+
+// The gradient of each unique row, as a row-major [num_unique, dim] array:
+// the caller's grad itself when there are no duplicates, otherwise the
+// duplicate-summed rows (in the compute type C) in a temporary owned here.
+template <typename T>
+class SummedGradRows {
+ public:
+  using C = ComputeT<T>;
+
+  absl::Status Init(OpKernelContext* ctx, const RowGroups& groups, const T* grad,
+                    int64_t dim) {
+    grad_ = grad;
+    summed_used_ = groups.has_duplicates();
+    if (!summed_used_) return absl::OkStatus();
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<C>::v(),
+                                          TensorShape({groups.num_unique(), dim}), &summed_));
+    C* out = summed_.flat<C>().data();
+    const auto sum_groups = [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) {
+        C* row = out + u * dim;
+        int64_t p = groups.first(u);
+        const T* g = grad + p * dim;
+        for (int64_t j = 0; j < dim; ++j) row[j] = Load<C>(g[j]);
+        for (p = groups.next(p); p >= 0; p = groups.next(p)) {
+          g = grad + p * dim;
+          for (int64_t j = 0; j < dim; ++j) row[j] += Load<C>(g[j]);
+        }
+      }
+    };
+    ctx->eigen_cpu_device().parallelFor(
+        groups.num_unique(),
+        Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim), sum_groups);
+    return absl::OkStatus();
+  }
+
+  // Calls f(rows) with a `const T*` or `const C*` pointer to the rows.
+  template <typename F>
+  void Visit(F&& f) const {
+    if (summed_used_) {
+      f(summed_.flat<C>().data());
+    } else {
+      f(grad_);
+    }
+  }
+
+ private:
+  const T* grad_ = nullptr;
+  bool summed_used_ = false;
+  Tensor summed_;
+};
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_KERNEL_HELPERS_H_

@@ -1,0 +1,199 @@
+// Per-element math of the fused optimizers, shared by the CPU and CUDA kernels.
+//
+// No TensorFlow or Eigen includes: nvcc compiles this header in the TF-free
+// .cu.cc files, and the CPU kernels inline it into plain loops the compiler
+// can vectorize. `T` is the stored type (float, double, Eigen::half,
+// Eigen::bfloat16, __half, __nv_bfloat16); `C` is the compute type (float for
+// every type except double), so half types only round when stored.
+#ifndef TF_OPT_OPS_OPTIMIZER_MATH_H_
+#define TF_OPT_OPS_OPTIMIZER_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TF_OPT_OPS_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define TF_OPT_OPS_HOST_DEVICE inline
+#endif
+
+#define TF_OPT_OPS_RESTRICT __restrict__
+
+namespace tf_opt_ops {
+
+// Compute type: double stays double, everything narrower computes in float.
+template <typename T>
+struct ComputeType {
+  using type = float;
+};
+template <>
+struct ComputeType<double> {
+  using type = double;
+};
+template <typename T>
+using ComputeT = typename ComputeType<T>::type;
+
+template <typename C, typename T>
+TF_OPT_OPS_HOST_DEVICE C Load(const T& x) {
+  return static_cast<C>(x);
+}
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE T Store(C x) {
+  return static_cast<T>(x);
+}
+
+// std:: overloads keep float in float on the host; CUDA's device overloads
+// of sqrt/fabs do the same on the GPU.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C Sqrt(C x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C Abs(C x) {
+#if defined(__CUDA_ARCH__)
+  return fabs(x);
+#else
+  return std::fabs(x);
+#endif
+}
+
+// ---------------------------------------------------------------- lazy Adam
+// Hyperparameters of one step, with the bias correction folded into lr_t the
+// way TensorFlow's ApplyAdam does: lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
+template <typename C>
+struct AdamStep {
+  C lr_t;
+  C beta1;
+  C one_minus_beta1;
+  C beta2;
+  C one_minus_beta2;
+  C epsilon;
+};
+
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilon,
+                                                C beta1_power, C beta2_power) {
+  AdamStep<C> s;
+  s.lr_t = lr * Sqrt<C>(C(1) - beta2_power) / (C(1) - beta1_power);
+  s.beta1 = beta1;
+  s.one_minus_beta1 = C(1) - beta1;
+  s.beta2 = beta2;
+  s.one_minus_beta2 = C(1) - beta2;
+  s.epsilon = epsilon;
+  return s;
+}
+
+// One element of one touched row; `g` is the (duplicate-summed) gradient.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g,
+                                            const AdamStep<C>& s) {
+  const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
+  const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * g * g;
+  *m = Store<T>(m_t);
+  *v = Store<T>(v_t);
+  *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
+}
+
+// One touched row of `n` elements: a plain loop over restrict pointers that
+// the compiler vectorizes (no per-row Eigen expressions). `G` is the stored
+// gradient type, or the compute type for duplicate-summed rows.
+template <typename T, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OPS_RESTRICT m,
+                                        T* TF_OPT_OPS_RESTRICT v,
+                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                        const AdamStep<C>& s) {
+  for (int64_t j = 0; j < n; ++j) LazyAdamElement<T, C>(var + j, m + j, v + j, Load<C>(g[j]), s);
+}
+
+// ---------------------------------------------------------- Clippy Adagrad
+// Two passes over the touched elements: the first finds the per-variable
+// clipping scale (a min-reduction), the second applies the scaled update.
+template <typename C>
+struct ClippyStep {
+  C lr;
+  C epsilon;
+  C variable_relative_threshold;
+  C accumulator_relative_threshold;
+  C absolute_threshold;
+  bool clip_accumulator_update;
+  bool use_standard_accumulator_update;
+};
+
+// min() that keeps NaN: once a NaN ratio is seen the scale is NaN, as
+// tf.reduce_min/tf.minimum give in TensorFlow Recommenders' ClippyAdagrad.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return b < a ? b : a;
+}
+
+// Pass 1 for one element. With the standard accumulator update the
+// accumulator is incremented here (before the step), so pass 2 must not
+// add g^2 again. Returns max_delta / |delta|, or 1 when delta == 0.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
+                                            const ClippyStep<C>& s) {
+  C a = Load<C>(*accum);
+  if (s.use_standard_accumulator_update) {
+    a += g * g;
+    *accum = Store<T>(a);
+    a = Load<C>(*accum);  // pass 2 reads the stored (rounded) value too
+  }
+  const C p = C(1) / Sqrt<C>(a + s.epsilon);
+  const C delta = s.lr * g * p;
+  if (delta == C(0)) return C(1);
+  const C abs_var = Abs<C>(Load<C>(*var));
+  const C max_delta = s.variable_relative_threshold * abs_var +
+                      s.accumulator_relative_threshold * p +
+                      s.absolute_threshold;
+  return max_delta / Abs<C>(delta);
+}
+
+// Final scale from the reduced minimum ratio: min(1, ratio), NaN kept.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyScale(C min_ratio) {
+  return NanMin<C>(C(1), min_ratio);
+}
+
+// Pass 2 for one element, with the scale of the whole variable.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, T* accum, C g, C scale,
+                                               const ClippyStep<C>& s) {
+  const C a = Load<C>(*accum);
+  const C p = C(1) / Sqrt<C>(a + s.epsilon);
+  const C delta = s.lr * g * p;
+  if (!s.use_standard_accumulator_update) {
+    const C g_acc = s.clip_accumulator_update ? g * scale : g;
+    *accum = Store<T>(a + g_acc * g_acc);
+  }
+  *var = Store<T>(Load<C>(*var) - delta * scale);
+}
+
+// Pass 1 over `n` contiguous elements: the minimum ratio, NaN kept.
+template <typename T, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
+                                        T* TF_OPT_OPS_RESTRICT accum,
+                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                        const ClippyStep<C>& s, C min_ratio) {
+  for (int64_t j = 0; j < n; ++j) {
+    min_ratio = NanMin<C>(min_ratio, ClippyRatioElement<T, C>(var + j, accum + j, Load<C>(g[j]), s));
+  }
+  return min_ratio;
+}
+
+// Pass 2 over `n` contiguous elements.
+template <typename T, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OPS_RESTRICT accum,
+                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n, C scale,
+                                           const ClippyStep<C>& s) {
+  for (int64_t j = 0; j < n; ++j) ClippyApplyElement<T, C>(var + j, accum + j, Load<C>(g[j]), scale, s);
+}
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_OPTIMIZER_MATH_H_
