@@ -1,0 +1,115 @@
+"""SPEC §5 (loader) and §4 (a SavedModel names the missing op): what a user sees
+when the library is missing, mismatched or fails to load."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tensorflow as tf
+
+from tf_opt_ops import _loader
+
+PACKAGE_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+
+
+@pytest.fixture
+def library_at(monkeypatch):
+  """Points the loader at another library path, with a fresh cache."""
+
+  def point(path):
+    monkeypatch.setattr(_loader, "LIBRARY_PATH", path)
+    _loader.load_library.cache_clear()
+
+  yield point
+  _loader.load_library.cache_clear()
+
+
+def test_missing_library_says_how_to_build(library_at, tmp_path):
+  library_at(str(tmp_path / "_tf_opt_ops.so"))
+  with pytest.raises(ImportError, match="is missing.*make build.*make wheel"):
+    _loader.load_library()
+
+
+def test_other_tensorflow_version_names_both():
+  with pytest.raises(ImportError, match=r"built against TensorFlow 2\.19\.0.*runs TensorFlow "
+                     + tf.__version__.replace(".", r"\.")):
+    _loader.check_tf_version("2.19.0", tf.__version__)
+  _loader.check_tf_version("2.21.0", "2.21.3")  # patch releases keep the kernel ABI
+
+
+def test_undefined_symbol_becomes_an_import_error(library_at, tmp_path):
+  # A real shared object that needs a symbol nothing exports, as a library
+  # built against another TensorFlow would.
+  source = tmp_path / "needs_symbol.c"
+  source.write_text("void tf_opt_ops_no_such_symbol(void);\n"
+                    "void entry(void) { tf_opt_ops_no_such_symbol(); }\n")
+  library = tmp_path / "_tf_opt_ops.so"
+  subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-z,now", "-o", str(library), str(source)],
+                 check=True)
+  library_at(str(library))
+  with pytest.raises(ImportError,
+                     match="needs a symbol this TensorFlow does not export.*tf_opt_ops_no_such_symbol"
+                     ".*Rebuild"):
+    _loader.load_library()
+
+
+def test_corrupt_library_becomes_an_import_error(library_at, tmp_path):
+  library = tmp_path / "_tf_opt_ops.so"
+  library.write_bytes(b"not an ELF file")
+  library_at(str(library))
+  with pytest.raises(ImportError, match="loading .* failed.*Rebuild"):
+    _loader.load_library()
+
+
+def test_the_library_is_loaded_once():
+  assert _loader.load_library() is _loader.load_library()
+
+
+def run_python(code, cwd, env_extra=None):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env_extra or {}))
+  env.pop("PYTHONPATH", None)
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_saved_model_names_the_missing_op_and_loads_with_the_library(tmp_path):
+  save = f"""
+      import sys; sys.path.insert(0, {PACKAGE_ROOT!r})
+      import tensorflow as tf
+      from tf_opt_ops import ops
+
+      class Table(tf.Module):
+        def __init__(self):
+          self.var = tf.Variable(tf.zeros((4, 2)))
+          self.m = tf.Variable(tf.zeros((4, 2)))
+          self.v = tf.Variable(tf.zeros((4, 2)))
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
+        def train(self, rows):
+          ops.sparse_lazy_adam(self.var, self.m, self.v, tf.ones((tf.size(rows), 2)), rows,
+                               beta_1_power=0.9, beta_2_power=0.999, lr=0.1)
+          return self.var.read_value()
+
+      tf.saved_model.save(Table(), {str(tmp_path / 'model')!r})
+  """
+  assert run_python(save, tmp_path).returncode == 0
+  load_without = f"""
+      import tensorflow as tf
+      tf.saved_model.load({str(tmp_path / 'model')!r})
+  """
+  result = run_python(load_without, tmp_path)
+  assert result.returncode != 0
+  assert "Op type not registered 'TfOptOps>ResourceSparseApplyLazyAdam'" in result.stderr
+  load_with = f"""
+      import sys; sys.path.insert(0, {PACKAGE_ROOT!r})
+      import tensorflow as tf
+      import tf_opt_ops
+      model = tf.saved_model.load({str(tmp_path / 'model')!r})
+      print(model.train(tf.constant([1])).numpy()[1, 0])
+  """
+  result = run_python(load_with, tmp_path)
+  assert result.returncode == 0, result.stderr
+  assert float(result.stdout.split()[-1]) == pytest.approx(-0.1, rel=1e-5)
