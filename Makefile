@@ -9,7 +9,7 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
-.PHONY: deps bazel venv configure build wheel test clean
+.PHONY: deps bazel venv configure build wheel test bench clean
 
 deps: bazel venv
 
@@ -48,6 +48,10 @@ wheel: build
 
 test: wheel
 	$(PY) -m pytest tests -q -ra
+
+# `make bench QUICK=1` runs a few cases in under 3 minutes; results go to bench/results/.
+bench: build
+	PYTHONPATH=python $(PY) -m tf_opt_ops.bench $(if $(QUICK),--quick)
 
 clean:
 	-bazel clean

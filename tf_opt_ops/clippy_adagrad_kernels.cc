@@ -28,6 +28,11 @@ ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* gra
       [&](int64_t begin, int64_t end) {
         C local = C(1);
         for (int64_t k = begin; k < end; ++k) {
+          if (k + kPrefetchRows < end) {
+            const int64_t ahead = offset(k + kPrefetchRows);
+            PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
+            PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
+          }
           const int64_t o = offset(k);
           local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step, local);
         }
@@ -39,6 +44,11 @@ ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* gra
       count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
       [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
+          if (k + kPrefetchRows < end) {
+            const int64_t ahead = offset(k + kPrefetchRows);
+            PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
+            PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
+          }
           const int64_t o = offset(k);
           ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
         }

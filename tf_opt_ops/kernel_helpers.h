@@ -89,6 +89,17 @@ class LockedVariables {
   std::vector<Tensor> tensors_;
 };
 
+// Touched rows are scattered over tables far larger than the caches, so the
+// hardware prefetcher cannot guess the next one: the row loops ask for the
+// rows kPrefetchRows ahead while they work on the current one.
+constexpr int64_t kPrefetchRows = 6;
+
+// Prefetches `bytes` from `p` for writing, one cache line at a time.
+inline void PrefetchForWrite(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, /*rw=*/1, /*locality=*/3);
+}
+
 // Reads the scalar hyperparameter at `input`, failing when it is not a scalar.
 template <typename C>
 absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* out) {

@@ -29,6 +29,12 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
       ctx->eigen_cpu_device().parallelFor(
           groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
             for (int64_t u = begin; u < end; ++u) {
+              if (u + kPrefetchRows < end) {
+                const int64_t ahead = rows[u + kPrefetchRows] * dim;
+                PrefetchForWrite(var_data + ahead, dim * sizeof(T));
+                PrefetchForWrite(m_data + ahead, dim * sizeof(T));
+                PrefetchForWrite(v_data + ahead, dim * sizeof(T));
+              }
               const int64_t offset = rows[u] * dim;  // 64-bit: tables past 2^31 elements
               LazyAdamRow(var_data + offset, m_data + offset, v_data + offset, g + u * dim,
                           dim, step);

@@ -19,6 +19,17 @@
 
 #define TF_OPT_OPS_RESTRICT __restrict__
 
+// An explicit SIMD min-reduction for the host compiler (built with
+// -fopenmp-simd: the pragma only, no OpenMP runtime). Without it GCC will not
+// vectorize a floating-point min without fast-math; the NaN flag is reduced
+// separately, so the unspecified NaN handling of a SIMD min does not matter.
+#define TF_OPT_OPS_PRAGMA(x) _Pragma(#x)
+#if defined(__CUDA_ARCH__)
+#define TF_OPT_OPS_SIMD_MIN_NAN(m, nan)
+#else
+#define TF_OPT_OPS_SIMD_MIN_NAN(m, nan) TF_OPT_OPS_PRAGMA(omp simd reduction(min : m) reduction(| : nan))
+#endif
+
 namespace tf_opt_ops {
 
 // Compute type: double stays double, everything narrower computes in float.
@@ -134,24 +145,24 @@ TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
 
 // Pass 1 for one element. With the standard accumulator update the
 // accumulator is incremented here (before the step), so pass 2 must not
-// add g^2 again. Returns max_delta / |delta|, or 1 when delta == 0.
-template <typename T, typename C>
+// add g^2 again. Returns max_delta / |delta|, or 1 when delta == 0 (NaN when
+// delta is NaN). Branch-free, so the row loop vectorizes; the standard-update
+// flag is a template parameter (= s.use_standard_accumulator_update) so the
+// conditional store leaves the loop.
+template <bool kStandardUpdate, typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
                                             const ClippyStep<C>& s) {
   C a = Load<C>(*accum);
-  if (s.use_standard_accumulator_update) {
-    a += g * g;
-    *accum = Store<T>(a);
+  if (kStandardUpdate) {
+    *accum = Store<T>(a + g * g);
     a = Load<C>(*accum);  // pass 2 reads the stored (rounded) value too
   }
   const C p = C(1) / Sqrt<C>(a + s.epsilon);
   const C delta = s.lr * g * p;
-  if (delta == C(0)) return C(1);
-  const C abs_var = Abs<C>(Load<C>(*var));
-  const C max_delta = s.variable_relative_threshold * abs_var +
-                      s.accumulator_relative_threshold * p +
-                      s.absolute_threshold;
-  return max_delta / Abs<C>(delta);
+  const C max_delta = s.variable_relative_threshold * Abs<C>(Load<C>(*var)) +
+                      s.accumulator_relative_threshold * p + s.absolute_threshold;
+  const C ratio = max_delta / Abs<C>(delta);
+  return delta == C(0) ? C(1) : ratio;
 }
 
 // Final scale from the reduced minimum ratio: min(1, ratio), NaN kept.
@@ -174,16 +185,31 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, T* accum, C g, C scale,
   *var = Store<T>(Load<C>(*var) - delta * scale);
 }
 
-// Pass 1 over `n` contiguous elements: the minimum ratio, NaN kept.
+// Pass 1 over `n` contiguous elements: NanMin(min_ratio, every ratio). The
+// plain min plus a separate NaN flag is what lets the compiler vectorize it.
 template <typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
                                         T* TF_OPT_OPS_RESTRICT accum,
                                         const G* TF_OPT_OPS_RESTRICT g, int64_t n,
                                         const ClippyStep<C>& s, C min_ratio) {
-  for (int64_t j = 0; j < n; ++j) {
-    min_ratio = NanMin<C>(min_ratio, ClippyRatioElement<T, C>(var + j, accum + j, Load<C>(g[j]), s));
+  C m = min_ratio;
+  int nan = 0;
+  if (s.use_standard_accumulator_update) {
+    TF_OPT_OPS_SIMD_MIN_NAN(m, nan)
+    for (int64_t j = 0; j < n; ++j) {
+      const C r = ClippyRatioElement<true, T, C>(var + j, accum + j, Load<C>(g[j]), s);
+      m = r < m ? r : m;
+      nan |= (r != r);
+    }
+  } else {
+    TF_OPT_OPS_SIMD_MIN_NAN(m, nan)
+    for (int64_t j = 0; j < n; ++j) {
+      const C r = ClippyRatioElement<false, T, C>(var + j, accum + j, Load<C>(g[j]), s);
+      m = r < m ? r : m;
+      nan |= (r != r);
+    }
   }
-  return min_ratio;
+  return nan ? C(NAN) : m;
 }
 
 // Pass 2 over `n` contiguous elements.

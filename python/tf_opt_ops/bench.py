@@ -1,0 +1,413 @@
+"""Benchmark: the fused ops against what users run today, and against memory bandwidth.
+
+    python -m tf_opt_ops.bench [--quick] [--rounds N] [--out bench/results]
+
+Every variant of a case runs inside a `tf.function`, in interleaved rounds
+(A B C A B C ...), each round timing enough steps for >= 20 ms; times are
+median (min-max) over rounds, and ratios are taken within one run, since this
+kind of shared machine drifts by tens of percent between runs. The Clippy
+comparison with TensorFlow Recommenders runs in a `TF_USE_LEGACY_KERAS=1`
+subprocess (TFRS refuses Keras 3), with our op timed in the same rounds there.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+ROUND_SECONDS = 0.02
+
+
+# ---------------------------------------------------------------- timing
+def time_interleaved(variants, step_args, rounds):
+  """{name: [ms per step per round]} for `variants` ({name: fn(*args)})."""
+  for fn in variants.values():  # trace and warm up
+    for args in step_args:
+      fn(*args)
+  reps = {}
+  for name, fn in variants.items():
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < ROUND_SECONDS or n < 2:
+      fn(*step_args[n % len(step_args)])
+      n += 1
+    reps[name] = n
+  times = {name: [] for name in variants}
+  for _ in range(rounds):
+    for name, fn in variants.items():
+      start = time.perf_counter()
+      for k in range(reps[name]):
+        fn(*step_args[k % len(step_args)])
+      times[name].append((time.perf_counter() - start) / reps[name] * 1e3)
+  return times
+
+
+def summary(samples):
+  return {"median_ms": float(np.median(samples)), "min_ms": float(np.min(samples)),
+          "max_ms": float(np.max(samples))}
+
+
+def fmt(s):
+  return f"{s['median_ms']:.3g} ({s['min_ms']:.3g}–{s['max_ms']:.3g})"
+
+
+# ------------------------------------------------------------- bandwidth
+def bandwidth_limit(megabytes, rounds):
+  """In-place a += b on arrays far larger than cache, 1 and 2 threads: GB/s.
+
+  Counted as 3 streams (read a, read b, write a), the byte count of an
+  optimizer's in-place row update. NumPy releases the GIL in ufuncs, so two
+  Python threads on two halves run on two cores.
+  """
+  n = megabytes * 2**20 // 4
+  a = np.ones(n, np.float32)
+  b = np.ones(n, np.float32)
+  results = {}
+  for threads in (1, 2):
+    chunks = np.array_split(np.arange(n), threads)
+    bounds = [(c[0], c[-1] + 1) for c in chunks]
+
+    def work(lo, hi):
+      np.add(a[lo:hi], b[lo:hi], out=a[lo:hi])
+
+    samples = []
+    for _ in range(rounds):
+      pool = [threading.Thread(target=work, args=bound) for bound in bounds]
+      start = time.perf_counter()
+      for t in pool:
+        t.start()
+      for t in pool:
+        t.join()
+      samples.append(3 * 4 * n / (time.perf_counter() - start) / 1e9)
+    results[threads] = {"median_gbs": float(np.median(samples)), "max_gbs": float(np.max(samples))}
+  return results
+
+
+# ------------------------------------------------------------- lazy Adam
+@dataclasses.dataclass
+class AdamCase:
+  rows: int
+  dim: int
+  batch: int
+  duplicates: bool = False  # each touched row appears ~4 times in the batch
+
+  @property
+  def label(self):
+    return f"{self.rows:,}×{self.dim}, B={self.batch:,}" + (" dup×4" if self.duplicates else "")
+
+
+def composite_lazy_adam(var, m, v, grad, indices, lr_t, beta_1, beta_2, epsilon):
+  """Lazy Adam as Python optimizers write it today (TF Addons / Merlin), with
+  the base class's deduplication: unique + segment sum, gather, scatter back."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  unique, position = tf.unique(indices)
+  g = tf.math.unsorted_segment_sum(grad, position, tf.size(unique))
+  m_t = beta_1 * tf.gather(m, unique) + (1 - beta_1) * g
+  v_t = beta_2 * tf.gather(v, unique) + (1 - beta_2) * g * g
+  m.scatter_update(tf.IndexedSlices(m_t, unique))
+  v.scatter_update(tf.IndexedSlices(v_t, unique))
+  var.scatter_sub(tf.IndexedSlices(lr_t * m_t / (tf.sqrt(v_t) + epsilon), unique))
+
+
+def count_ops(fn, *args):
+  graph = fn.get_concrete_function(*args).graph
+  return len(graph.get_operations())
+
+
+def bench_lazy_adam(case, rounds, keras_adam, seed=0):
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  tables = [tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed)) for _ in range(2)]
+  slots = [(tf.Variable(tf.zeros((case.rows, case.dim))), tf.Variable(tf.zeros((case.rows, case.dim))))
+           for _ in range(2)]
+  unique_rows = case.batch // 4 if case.duplicates else case.batch
+  steps = []
+  for _ in range(4):
+    rows = rng.choice(case.rows, unique_rows, replace=False)
+    indices = np.resize(rows, case.batch) if case.duplicates else rows
+    rng.shuffle(indices)
+    steps.append((tf.constant(indices.astype(np.int64)),
+                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+  lr, b1, b2, eps, t = 0.001, 0.9, 0.999, 1e-7, 10
+  lr_t = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+
+  @tf.function
+  def fused(indices, grad):
+    ops.sparse_lazy_adam(tables[0], *slots[0], grad, indices, lr=lr, beta_1=b1, beta_2=b2,
+                         epsilon=eps, beta_1_power=b1**t, beta_2_power=b2**t)
+
+  @tf.function
+  def composite(indices, grad):
+    composite_lazy_adam(tables[1], *slots[1], grad, indices, lr_t, b1, b2, eps)
+
+  variants = {"fused": fused, "composite": composite}
+  if keras_adam:
+    keras_table = keras.Variable(tables[1].read_value())
+    adam = keras.optimizers.Adam(learning_rate=lr)
+    adam.build([keras_table])
+
+    @tf.function
+    def keras3_adam(indices, grad):
+      adam.apply([tf.IndexedSlices(grad, indices, tf.constant([case.rows, case.dim], tf.int64))],
+                 [keras_table])
+
+    variants["keras3_adam"] = keras3_adam
+  times = time_interleaved(variants, steps, rounds)
+  result = {name: summary(samples) for name, samples in times.items()}
+  result["bytes"] = 7 * unique_rows * case.dim * 4 + 8 * case.batch
+  result["ops"] = {"fused": count_ops(fused, *steps[0]), "composite": count_ops(composite, *steps[0])}
+  return result
+
+
+# --------------------------------------------------------- Clippy (worker)
+CLIPPY_CASES = {
+    "dense 1024×1024": dict(shape=(1024, 1024)),
+    "dense 4096×1024": dict(shape=(4096, 1024)),
+    "sparse 100,000×64, B=16,384": dict(shape=(100_000, 64), batch=16_384),
+    "sparse 1,000,000×64, B=16,384": dict(shape=(1_000_000, 64), batch=16_384),
+    "sparse 1,000,000×128, B=131,072": dict(shape=(1_000_000, 128), batch=131_072),
+}
+QUICK_CLIPPY = ["dense 1024×1024", "sparse 1,000,000×64, B=16,384"]
+
+
+def clippy_worker(names, rounds):
+  """Runs in the TF_USE_LEGACY_KERAS=1 subprocess; prints JSON results."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  try:
+    import tensorflow_recommenders as tfrs  # pylint: disable=g-import-not-at-top
+    tfrs_error = None
+  except ImportError as e:
+    tfrs, tfrs_error = None, str(e)
+  rng = np.random.default_rng(0)
+  out = {"tfrs_error": tfrs_error, "cases": {}}
+  for name in names:
+    spec = CLIPPY_CASES[name]
+    shape, batch = spec["shape"], spec.get("batch")
+    variables = {}
+
+    def fresh(key):
+      variables[key] = (tf.Variable(tf.random.normal(shape, seed=1)),
+                        tf.Variable(tf.fill(shape, 0.1)))
+      return variables[key]
+
+    if batch:
+      steps = []
+      for _ in range(4):
+        idx = rng.choice(shape[0], batch, replace=False).astype(np.int64)
+        steps.append((tf.constant(idx), tf.constant(rng.standard_normal((batch,) + shape[1:]),
+                                                    tf.float32)))
+      bytes_moved = 8 * batch * shape[1] * 4 + 8 * batch  # two passes: 3 reads, then 3 reads + 2 writes
+    else:
+      steps = [(tf.constant(rng.standard_normal(shape), tf.float32),) for _ in range(2)]
+      bytes_moved = 8 * int(np.prod(shape)) * 4
+    var, accum = fresh("fused")
+
+    if batch:
+      @tf.function
+      def fused(indices, grad, var=var, accum=accum):
+        ops.sparse_clippy_adagrad(var, accum, grad, indices)
+    else:
+      @tf.function
+      def fused(grad, var=var, accum=accum):
+        ops.clippy_adagrad(var, accum, grad)
+    variants = {"fused": fused}
+
+    tf_var, tf_accum = fresh("tf_adagrad")
+    lr, eps = tf.constant(0.001), tf.constant(1e-7)
+    if batch:
+      @tf.function
+      def tf_adagrad(indices, grad):
+        tf.raw_ops.ResourceSparseApplyAdagradV2(var=tf_var.handle, accum=tf_accum.handle, lr=lr,
+                                                epsilon=eps, grad=grad, indices=indices)
+    else:
+      @tf.function
+      def tf_adagrad(grad):
+        tf.raw_ops.ResourceApplyAdagradV2(var=tf_var.handle, accum=tf_accum.handle, lr=lr,
+                                          epsilon=eps, grad=grad)
+    variants["tf_fused_adagrad"] = tf_adagrad
+
+    if tfrs is not None:
+      for label, kwargs in (("tfrs_default", {}), ("tfrs_weight_decay_none", {"weight_decay": None})):
+        tfrs_var = tf.Variable(tf.random.normal(shape, seed=1))
+        opt = tfrs.experimental.optimizers.ClippyAdagrad(learning_rate=0.001, **kwargs)
+        opt.build([tfrs_var])
+
+        if batch:
+          def make(opt=opt, tfrs_var=tfrs_var):
+            @tf.function
+            def step(indices, grad):
+              opt.apply_gradients([(tf.IndexedSlices(grad, indices, tf.constant(shape, tf.int64)),
+                                    tfrs_var)])
+            return step
+        else:
+          def make(opt=opt, tfrs_var=tfrs_var):
+            @tf.function
+            def step(grad):
+              opt.apply_gradients([(grad, tfrs_var)])
+            return step
+        variants[label] = make()
+    times = time_interleaved(variants, steps, rounds)
+    result = {key: summary(samples) for key, samples in times.items()}
+    result["bytes"] = bytes_moved
+    out["cases"][name] = result
+  print("CLIPPY_JSON " + json.dumps(out))
+
+
+def bench_clippy(names, rounds):
+  env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+  proc = subprocess.run(
+      [sys.executable, "-m", "tf_opt_ops.bench", "--clippy-worker", json.dumps(names),
+       "--rounds", str(rounds)], env=env, capture_output=True, text=True, check=False)
+  for line in proc.stdout.splitlines():
+    if line.startswith("CLIPPY_JSON "):
+      return json.loads(line[len("CLIPPY_JSON "):])
+  raise RuntimeError(f"the Clippy benchmark subprocess failed:\n{proc.stderr[-4000:]}")
+
+
+# ----------------------------------------------------------------- report
+def fixed_cost(rounds):
+  """The cost of one tf.function call with nothing in it, per step."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  counter = tf.Variable(0, dtype=tf.int64)
+
+  @tf.function
+  def empty():
+    counter.assign_add(1)
+
+  return summary(time_interleaved({"empty": empty}, [()], rounds)["empty"])
+
+
+def share(bytes_moved, ms, limit_gbs):
+  return bytes_moved / (ms * 1e-3) / 1e9 / limit_gbs
+
+
+def render(report):
+  lim = report["bandwidth"]["2"]["median_gbs"]
+  lines = [f"Machine: {report['machine']}; TensorFlow {report['tf_version']}; "
+           f"bandwidth limit (in-place a += b): {report['bandwidth']['1']['median_gbs']:.1f} GB/s "
+           f"with 1 thread, {lim:.1f} GB/s with 2.", "",
+           "### Sparse lazy Adam (float32), ms per step, median (min–max)", "",
+           "| case | fused | composite | Keras 3 Adam | composite / fused | Keras Adam / fused "
+           "| fused % of BW | ops in graph (fused / composite) |",
+           "|---|---|---|---|---|---|---|---|"]
+  for label, r in report["lazy_adam"].items():
+    keras_cell = fmt(r["keras3_adam"]) if "keras3_adam" in r else "—"
+    keras_ratio = (f"{r['keras3_adam']['median_ms'] / r['fused']['median_ms']:.1f}×"
+                   if "keras3_adam" in r else "—")
+    lines.append(
+        f"| {label} | {fmt(r['fused'])} | {fmt(r['composite'])} | {keras_cell} | "
+        f"{r['composite']['median_ms'] / r['fused']['median_ms']:.1f}× | {keras_ratio} | "
+        f"{100 * share(r['bytes'], r['fused']['median_ms'], lim):.0f}% | "
+        f"{r['ops']['fused']} / {r['ops']['composite']} |")
+  clippy = report.get("clippy")
+  if clippy:
+    lines += ["", "### Clippy Adagrad (float32), ms per step, median (min–max)", ""]
+    if clippy.get("tfrs_error"):
+      lines.append(f"TensorFlow Recommenders not importable: {clippy['tfrs_error']}")
+    lines += ["| case | fused | TFRS default | TFRS weight_decay=None | TF fused Adagrad (no clipping) "
+              "| TFRS default / fused | TFRS wd=None / fused | fused % of BW |",
+              "|---|---|---|---|---|---|---|---|"]
+    for label, r in clippy["cases"].items():
+      cells = [fmt(r[k]) if k in r else "—" for k in ("fused", "tfrs_default",
+                                                       "tfrs_weight_decay_none", "tf_fused_adagrad")]
+      ratios = [f"{r[k]['median_ms'] / r['fused']['median_ms']:.1f}×" if k in r else "—"
+                for k in ("tfrs_default", "tfrs_weight_decay_none")]
+      lines.append(f"| {label} | " + " | ".join(cells + ratios) +
+                   f" | {100 * share(r['bytes'], r['fused']['median_ms'], lim):.0f}% |")
+  lines += ["", f"Fixed cost of a tf.function call (one scalar assign): {fmt(report['fixed_cost'])}."]
+  return "\n".join(lines)
+
+
+def plot(report, path):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  lim = report["bandwidth"]["2"]["median_gbs"]
+  labels = list(report["lazy_adam"])
+  rs = [report["lazy_adam"][k] for k in labels]
+  fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.8))
+  x = np.arange(len(labels))
+  ax1.bar(x, [r["composite"]["median_ms"] / r["fused"]["median_ms"] for r in rs])
+  ax1.set_xticks(x, labels, rotation=40, ha="right", fontsize=8)
+  ax1.set_ylabel("speedup of fused over composite (×)")
+  ax1.set_title("Sparse lazy Adam: speedup by case")
+  ax2.bar(x - 0.2, [100 * share(r["bytes"], r["fused"]["median_ms"], lim) for r in rs], 0.4,
+          label="fused")
+  ax2.bar(x + 0.2, [100 * share(r["bytes"], r["composite"]["median_ms"], lim) for r in rs], 0.4,
+          label="composite")
+  ax2.set_xticks(x, labels, rotation=40, ha="right", fontsize=8)
+  ax2.set_ylabel(f"% of bandwidth limit ({lim:.0f} GB/s)")
+  ax2.set_title("Share of memory bandwidth")
+  ax2.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+
+
+def adam_cases(quick):
+  if quick:
+    return [AdamCase(100_000, 64, 1_024), AdamCase(1_000_000, 64, 16_384),
+            AdamCase(1_000_000, 64, 16_384, duplicates=True)]
+  cases = [AdamCase(n, d, b) for n in (100_000, 1_000_000) for d in (16, 64, 128)
+           for b in (1_024, 16_384, 131_072) if b < n // 2]
+  return cases + [AdamCase(1_000_000, 64, 16_384, duplicates=True),
+                  AdamCase(1_000_000, 128, 131_072, duplicates=True)]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--quick", action="store_true", help="a few cases, under 3 minutes")
+  parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per case")
+  parser.add_argument("--out", default="bench/results", help="folder for JSON, Markdown and PNG")
+  parser.add_argument("--no-clippy", action="store_true", help="skip the TFRS subprocess")
+  parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  rounds = args.rounds or (5 if args.quick else 9)
+  if args.clippy_worker:
+    clippy_worker(json.loads(args.clippy_worker), rounds)
+    return
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  started = time.time()
+  report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "tf_version": tf.__version__, "quick": args.quick}
+  print("bandwidth limit ...", flush=True)
+  report["bandwidth"] = {str(k): v for k, v in
+                         bandwidth_limit(256 if args.quick else 512, rounds).items()}
+  report["fixed_cost"] = fixed_cost(rounds)
+  report["lazy_adam"] = {}
+  for case in adam_cases(args.quick):
+    print(f"lazy Adam {case.label} ...", flush=True)
+    # Keras 3 Adam is dense: O(table) per step. Time it where that stays affordable.
+    keras_adam = case.rows * case.dim <= 64_000_000 and not case.duplicates
+    report["lazy_adam"][case.label] = bench_lazy_adam(case, rounds, keras_adam)
+  if not args.no_clippy:
+    print("Clippy Adagrad (TF_USE_LEGACY_KERAS=1 subprocess) ...", flush=True)
+    report["clippy"] = bench_clippy(QUICK_CLIPPY if args.quick else list(CLIPPY_CASES), rounds)
+  report["seconds"] = time.time() - started
+  os.makedirs(args.out, exist_ok=True)
+  stem = os.path.join(args.out, "quick" if args.quick else "full")
+  table = render(report)
+  with open(stem + ".json", "w") as f:
+    json.dump(report, f, indent=1)
+  with open(stem + ".md", "w") as f:
+    f.write(table + "\n")
+  plot(report, stem + ".png")
+  print()
+  print(table)
+  print(f"\nwrote {stem}.json, {stem}.md, {stem}.png in {report['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+  main()
