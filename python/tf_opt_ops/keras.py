@@ -1,0 +1,140 @@
+"""LazyAdam and ClippyAdagrad for Keras 3 (`keras.optimizers.Optimizer`).
+
+`tf.keras` is Keras 3 unless `TF_USE_LEGACY_KERAS=1`. The state of `LazyAdam`
+is that of `keras.optimizers.Adam` (`[iteration, learning_rate, momentum0,
+velocity0, ...]`), so checkpoints and `.keras` files move between the two.
+Keras 3 never deduplicates sparse gradients; the fused kernels sum duplicates.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_opt_ops import _core
+
+__all__ = ["LazyAdam", "ClippyAdagrad"]
+
+
+class _ScalableIndexedSlices(tf.IndexedSlices):
+  """IndexedSlices that `Optimizer.apply` can unscale (`g / loss_scale_factor`).
+
+  Keras 3's base class divides every gradient by `loss_scale_factor`, which
+  raises `TypeError` for a plain `tf.IndexedSlices`.
+  """
+
+  def __truediv__(self, other):
+    return tf.IndexedSlices(self.values / tf.cast(other, self.values.dtype), self.indices,
+                            self.dense_shape)
+
+
+class _Keras3Mixin:
+  """Behaviour both Keras 3 optimizers share with the base class."""
+
+  def apply(self, grads, trainable_variables=None):
+    if self.loss_scale_factor is not None:
+      grads = [_ScalableIndexedSlices(g.values, g.indices, g.dense_shape)
+               if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    return super().apply(grads, trainable_variables)
+
+  def _apply_weight_decay(self, variables):
+    # A zero weight decay would rewrite every row of every table each step.
+    if _core.is_zero(self.weight_decay):
+      return
+    super()._apply_weight_decay(variables)
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    config = dict(config)
+    # Keys that Keras 2 optimizers (TFA, Merlin, TFRS) write and Keras 3 rejects.
+    for key in ("is_legacy_optimizer", "jit_compile"):
+      config.pop(key, None)
+    if not config.get("decay"):  # 0.0 from legacy configs: nothing to warn about
+      config.pop("decay", None)
+    return super().from_config(config, custom_objects=custom_objects)
+
+
+class LazyAdam(_Keras3Mixin, keras.optimizers.Adam):
+  __doc__ = _core.LAZY_ADAM_DOC
+
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+               amsgrad=False, name="LazyAdam", **kwargs):
+    _core.check_amsgrad(amsgrad)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+
+  def update_step(self, gradient, variable, learning_rate):
+    index = self._get_variable_index(variable)
+    _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
+                    lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
+                    epsilon=self.epsilon, step=self.iterations + 1)
+
+
+class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Optimizer):
+  __doc__ = _core.CLIPPY_DOC
+
+  def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
+               variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+               absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
+               clip_accumulator_update=False, use_standard_accumulator_update=False,
+               name="ClippyAdagrad", **kwargs):
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    self._init_clippy(
+        initial_accumulator_value=initial_accumulator_value,
+        variable_relative_threshold=variable_relative_threshold,
+        accumulator_relative_threshold=accumulator_relative_threshold,
+        absolute_threshold=absolute_threshold, epsilon=epsilon,
+        export_clipping_factors=export_clipping_factors,
+        clip_accumulator_update=clip_accumulator_update,
+        use_standard_accumulator_update=use_standard_accumulator_update)
+    self.clipping_factors = []
+
+  def build(self, var_list):
+    if self.built:
+      return
+    super().build(var_list)
+    self._accumulators = []
+    self.clipping_factors = []
+    initializer = keras.initializers.Constant(self.initial_accumulator_value)
+    for var in var_list:
+      self._accumulators.append(
+          self.add_variable_from_reference(var, "accumulator", initializer=initializer))
+      if self.export_clipping_factors:
+        # The name add_variable_from_reference would give; the shape is scalar.
+        ref_name = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
+        name = f"{ref_name.replace('/', '_')}_clipping_factor"
+        self.clipping_factors.append(
+            self.add_variable(shape=(), initializer="zeros", dtype=var.dtype, name=name))
+
+  def update_step(self, gradient, variable, learning_rate):
+    index = self._get_variable_index(variable)
+    factor = self.clipping_factors[index] if self.export_clipping_factors else None
+    self._clippy_apply(gradient, variable, self._accumulators[index], factor, learning_rate)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(self._clippy_config())
+    return config
+
+
+_REGISTERED = {
+    "tf_opt_ops>LazyAdam": LazyAdam,
+    "tf_opt_ops>ClippyAdagrad": ClippyAdagrad,
+}
+_ALIASES = {
+    "Addons>LazyAdam": LazyAdam,
+    "merlin.models>LazyAdam": LazyAdam,
+    "Custom>ClippyAdagrad": ClippyAdagrad,
+}
+
+
+def _register():
+  for name, cls in _REGISTERED.items():
+    package, class_name = name.split(">")
+    keras.saving.register_keras_serializable(package=package, name=class_name)(cls)
+  # Aliases resolve old files' names (even over a registration by the library we
+  # replace) without changing the name we save under.
+  objects = keras.saving.get_custom_objects()
+  for name, cls in _ALIASES.items():
+    objects[name] = cls
+
+
+_register()

@@ -1,0 +1,119 @@
+"""LazyAdam and ClippyAdagrad for the Keras 2 legacy optimizer API (OptimizerV2).
+
+Base class `tf_keras.optimizers.legacy.Optimizer`. `LazyAdam` is what
+TensorFlow Addons' and Merlin's `LazyAdam` are under TensorFlow >= 2.11: a
+legacy `Adam` with slots `m` and `v` (all `m` slots, then all `v` slots), so
+checkpoints move both ways with `tf_keras.optimizers.legacy.Adam` and
+`Addons>LazyAdam` / `merlin.models>LazyAdam` model files load.
+`ClippyAdagrad` keeps slots `accumulator` (and `clipping_factor`, a scalar,
+with `export_clipping_factors=True`).
+"""
+
+import tensorflow as tf
+import tf_keras
+
+from tf_opt_ops import _core
+from tf_opt_ops import ops
+from tf_opt_ops.tf_keras import _register
+
+__all__ = ["LazyAdam", "ClippyAdagrad"]
+
+
+class _LegacyMixin:
+
+  def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
+    # The kernels (and the XLA fallback) sum duplicate indices themselves.
+    return self._resource_apply_sparse(grad, handle, indices, **kwargs)
+
+  def _scalar_hyper(self, name, var):
+    """A hyperparameter in the kernels' scalar dtype (float32 for half variables)."""
+    return self._get_hyper(name, ops.scalar_dtype(var.dtype.base_dtype))
+
+  def _lr(self, var):
+    return self._decayed_lr(ops.scalar_dtype(var.dtype.base_dtype))
+
+
+class LazyAdam(_LegacyMixin, tf_keras.optimizers.legacy.Adam):
+  __doc__ = _core.LAZY_ADAM_DOC
+
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+               amsgrad=False, name="LazyAdam", **kwargs):
+    _core.check_amsgrad(amsgrad)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+
+  def _apply(self, grad, var, indices=None):
+    return _core.lazy_adam(
+        var, self.get_slot(var, "m"), self.get_slot(var, "v"), grad, indices=indices,
+        lr=self._lr(var), beta_1=self._scalar_hyper("beta_1", var),
+        beta_2=self._scalar_hyper("beta_2", var),
+        epsilon=self.epsilon, step=self.iterations + 1, use_locking=self._use_locking,
+        fused_dense=True)
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    return self._apply(grad, var)
+
+  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+    return self._apply(grad, var, indices)
+
+
+class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.legacy.Optimizer):
+  __doc__ = _core.CLIPPY_DOC
+
+  def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
+               variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+               absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
+               clip_accumulator_update=False, use_standard_accumulator_update=False,
+               name="ClippyAdagrad", **kwargs):
+    self._init_clippy(
+        initial_accumulator_value=initial_accumulator_value,
+        variable_relative_threshold=variable_relative_threshold,
+        accumulator_relative_threshold=accumulator_relative_threshold,
+        absolute_threshold=absolute_threshold, epsilon=epsilon,
+        export_clipping_factors=export_clipping_factors,
+        clip_accumulator_update=clip_accumulator_update,
+        use_standard_accumulator_update=use_standard_accumulator_update)
+    super().__init__(name, **kwargs)
+    self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+    self._set_hyper("decay", self._initial_decay)
+
+  def _create_slots(self, var_list):
+    for var in var_list:
+      dtype = var.dtype.base_dtype
+      self.add_slot(var, "accumulator",
+                    tf.compat.v1.constant_initializer(self.initial_accumulator_value,
+                                                              dtype=dtype))
+      if self.export_clipping_factors:
+        self.add_slot(var, "clipping_factor", shape=())
+
+  @property
+  def clipping_factors(self):
+    """The last clipping scale of each variable (slot `clipping_factor`), in slot order."""
+    if not self.export_clipping_factors:
+      return []
+    return [s for s in self.variables() if s.name.endswith("clipping_factor:0")]
+
+  def _apply(self, grad, var, indices=None):
+    factor = self.get_slot(var, "clipping_factor") if self.export_clipping_factors else None
+    return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor,
+                              self._lr(var), use_locking=self._use_locking, indices=indices)
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    return self._apply(grad, var)
+
+  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+    return self._apply(grad, var, indices)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        "learning_rate": self._serialize_hyperparameter("learning_rate"),
+        "decay": self._initial_decay,
+    })
+    config.update(self._clippy_config())
+    return config
+
+
+_register(
+    {"tf_opt_ops.legacy>LazyAdam": LazyAdam, "tf_opt_ops.legacy>ClippyAdagrad": ClippyAdagrad},
+    {"Addons>LazyAdam": LazyAdam, "merlin.models>LazyAdam": LazyAdam})

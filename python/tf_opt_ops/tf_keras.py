@@ -1,0 +1,123 @@
+"""LazyAdam and ClippyAdagrad for the Keras 2 optimizer API (`tf_keras.optimizers.Optimizer`).
+
+This is `tf.keras` when `TF_USE_LEGACY_KERAS=1`. `LazyAdam`'s state is that of
+`tf_keras.optimizers.Adam` (`[iteration, m0, v0, m1, v1, ...]`), and
+`ClippyAdagrad`'s that of TensorFlow Recommenders' `ClippyAdagrad`
+(`[iteration, accumulator0, clipping_factor0, ...]`), so checkpoints move both
+ways. `jit_compile` defaults to False: the fused ops have no XLA kernels (inside
+XLA the optimizers fall back to standard ops).
+"""
+
+import tf_keras
+
+from tf_opt_ops import _core
+
+__all__ = ["LazyAdam", "ClippyAdagrad"]
+
+
+class _TfKerasMixin:
+  """Behaviour both tf_keras optimizers share with the base class."""
+
+  def _deduplicate_sparse_grad(self, grads):
+    # The kernels (and the XLA fallback) sum duplicate indices themselves.
+    return list(grads)
+
+  def _apply_weight_decay(self, variables):
+    # tf_keras' default weight_decay is 0, which would rewrite every row of
+    # every table each step without changing a value.
+    if _core.is_zero(self.weight_decay):
+      return
+    super()._apply_weight_decay(variables)
+
+  def _index(self, variable):
+    return self._index_dict[self._var_key(variable)]
+
+
+class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
+  __doc__ = _core.LAZY_ADAM_DOC
+
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+               amsgrad=False, name="LazyAdam", **kwargs):
+    _core.check_amsgrad(amsgrad)
+    if kwargs.pop("adaptive_epsilon", False):
+      raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
+    kwargs.setdefault("jit_compile", False)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+
+  def update_step(self, gradient, variable):
+    index = self._index(variable)
+    return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
+                           lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
+                           epsilon=self.epsilon, step=self.iterations + 1)
+
+
+class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.Optimizer):
+  __doc__ = _core.CLIPPY_DOC
+
+  def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
+               variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+               absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
+               clip_accumulator_update=False, use_standard_accumulator_update=False,
+               name="ClippyAdagrad", **kwargs):
+    kwargs.setdefault("jit_compile", False)
+    self._init_clippy(
+        initial_accumulator_value=initial_accumulator_value,
+        variable_relative_threshold=variable_relative_threshold,
+        accumulator_relative_threshold=accumulator_relative_threshold,
+        absolute_threshold=absolute_threshold, epsilon=epsilon,
+        export_clipping_factors=export_clipping_factors,
+        clip_accumulator_update=clip_accumulator_update,
+        use_standard_accumulator_update=use_standard_accumulator_update)
+    super().__init__(name=name, **kwargs)
+    self._learning_rate = self._build_learning_rate(learning_rate)
+    self.clipping_factors = []
+
+  def build(self, var_list):
+    # Same variables, names and order as TensorFlow Recommenders' ClippyAdagrad.
+    super().build(var_list)
+    if getattr(self, "_built", False):
+      return
+    self._built = True
+    self._accumulators = []
+    self.clipping_factors = []
+    initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
+    for var in var_list:
+      self._accumulators.append(self.add_variable_from_reference(
+          var, "accumulator", initial_value=initializer(shape=var.shape, dtype=var.dtype)))
+      if self.export_clipping_factors:
+        self.clipping_factors.append(
+            self.add_variable_from_reference(var, "clipping_factor", shape=()))
+
+  def update_step(self, gradient, variable):
+    index = self._index(variable)
+    factor = self.clipping_factors[index] if self.export_clipping_factors else None
+    return self._clippy_apply(gradient, variable, self._accumulators[index], factor,
+                              self.learning_rate)
+
+  def get_config(self):
+    config = super().get_config()
+    config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
+    config.update(self._clippy_config())
+    return config
+
+
+_REGISTERED = {
+    "tf_opt_ops.tf_keras>LazyAdam": LazyAdam,
+    "tf_opt_ops.tf_keras>ClippyAdagrad": ClippyAdagrad,
+}
+# TFRS' ClippyAdagrad is a tf_keras (new) optimizer; TFA's and Merlin's LazyAdam
+# are legacy optimizers and resolve in `tf_opt_ops.legacy`.
+_ALIASES = {"Custom>ClippyAdagrad": ClippyAdagrad}
+
+
+def _register(registered, aliases):
+  for name, cls in registered.items():
+    package, class_name = name.split(">")
+    tf_keras.utils.register_keras_serializable(package=package, name=class_name)(cls)
+  objects = tf_keras.utils.get_custom_objects()
+  for name, cls in aliases.items():
+    objects[name] = cls
+
+
+_register(_REGISTERED, _ALIASES)
