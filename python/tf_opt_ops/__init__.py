@@ -20,7 +20,8 @@ load_library()
 
 from tf_opt_ops._version import __version__
 
-_FLAVOR_EXPORTS = ("LazyAdam", "ClippyAdagrad")
+_FLAVOR_EXPORTS = ("LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer",
+                   "OptimizerBlocks")
 
 
 def keras_flavor():

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tf_opt_ops import _core
 
-__all__ = ["LazyAdam", "ClippyAdagrad"]
+__all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
 
 class _ScalableIndexedSlices(tf.IndexedSlices):
@@ -138,3 +138,6 @@ def _register():
 
 
 _register()
+
+# The router (CompositeOptimizer, MultiOptimizer) for this Keras API.
+from tf_opt_ops._router_keras import CompositeOptimizer, MultiOptimizer, OptimizerBlocks  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -16,7 +16,7 @@ from tf_opt_ops import _core
 from tf_opt_ops import ops
 from tf_opt_ops.tf_keras import _register
 
-__all__ = ["LazyAdam", "ClippyAdagrad"]
+__all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
 
 class _LegacyMixin:
@@ -117,3 +117,6 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
 _register(
     {"tf_opt_ops.legacy>LazyAdam": LazyAdam, "tf_opt_ops.legacy>ClippyAdagrad": ClippyAdagrad},
     {"Addons>LazyAdam": LazyAdam, "merlin.models>LazyAdam": LazyAdam})
+
+# The router (CompositeOptimizer, MultiOptimizer) for this Keras API.
+from tf_opt_ops._router_legacy import CompositeOptimizer, MultiOptimizer, OptimizerBlocks  # pylint: disable=g-import-not-at-top,wrong-import-position

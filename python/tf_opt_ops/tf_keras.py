@@ -12,7 +12,7 @@ import tf_keras
 
 from tf_opt_ops import _core
 
-__all__ = ["LazyAdam", "ClippyAdagrad"]
+__all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
 
 class _TfKerasMixin:
@@ -121,3 +121,6 @@ def _register(registered, aliases):
 
 
 _register(_REGISTERED, _ALIASES)
+
+# The router (CompositeOptimizer, MultiOptimizer) for this Keras API.
+from tf_opt_ops._router_tf_keras import CompositeOptimizer, MultiOptimizer, OptimizerBlocks  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -1,0 +1,148 @@
+"""Router adapter for Keras 3 (`keras.optimizers.Optimizer`); see `tf_opt_ops.router`."""
+
+import keras
+
+from tf_opt_ops import router as _router
+from tf_opt_ops.router import OptimizerBlocks
+
+__all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+
+
+def _unwrap(variable):
+  if isinstance(variable, keras.Variable):
+    variable = variable.value
+  if hasattr(variable, "_distributed_container"):
+    variable = variable._distributed_container()  # pylint: disable=protected-access
+  return variable
+
+
+class _KerasFlavor(_router.Flavor):
+  name = "Keras 3"
+
+  def check_optimizer(self, optimizer, what):
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+      raise self.type_error(optimizer, what, "keras.optimizers.Optimizer (Keras 3)")
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+      raise ValueError(f"{what}: a LossScaleOptimizer cannot be used inside a router; wrap the "
+                       "router in the LossScaleOptimizer instead.")
+
+  def get(self, identifier):
+    return keras.optimizers.get(identifier)
+
+  def serialize(self, optimizer):
+    return keras.optimizers.serialize(optimizer)
+
+  def deserialize(self, config, custom_objects=None):
+    return keras.optimizers.deserialize(config, custom_objects=custom_objects)
+
+  def var_key(self, variable):
+    variable = _unwrap(variable)
+    return getattr(variable, "_unique_id", id(variable))
+
+  def build(self, optimizer, variables, scope):
+    with keras.name_scope(optimizer.name, caller=optimizer):
+      optimizer.build(variables)
+
+  def optimizer_variables(self, optimizer):
+    return list(optimizer.variables)
+
+
+class _KerasRouter(keras.optimizers.Optimizer):
+  """Keras 3 base of both routers: owns only its `iteration` counter."""
+
+  _flavor = _KerasFlavor()
+
+  def _init_base(self, name):
+    # A callable learning rate creates no variable; `learning_rate` is overridden.
+    super().__init__(learning_rate=lambda: 0.0, name=name)
+
+  def _router_name(self):
+    return self.name
+
+  def _track_optimizer(self, optimizer, name):
+    self._track_trackable(optimizer, name=name, overwrite=True)
+
+  def build(self, variables):
+    if self.built:
+      return
+    variables = list(variables)
+    self._table.build(variables)
+    super().build(variables)
+
+  def apply(self, grads, trainable_variables=None):
+    if trainable_variables is None:
+      if not self.built:
+        raise ValueError("When passing `grads` without `variables`, the optimizer must already "
+                         "be built on a list of variables.")
+      trainable_variables = self._trainable_variables
+    grads, trainable_variables = list(grads), list(trainable_variables)
+    if not grads:
+      return
+    if not self.built:
+      self.build(trainable_variables)
+    for optimizer, pairs in self._table.route(zip(grads, trainable_variables)):
+      optimizer.apply([g for g, _ in pairs], [v for _, v in pairs])
+    self._iterations.assign_add(1)
+
+  def apply_gradients(self, grads_and_vars):
+    grads_and_vars = list(grads_and_vars)
+    if grads_and_vars:
+      grads, variables = zip(*grads_and_vars)
+      self.apply(list(grads), list(variables))
+    return self._iterations
+
+  @property
+  def variables(self):
+    """The router's `iteration`, then every sub-optimizer's variables."""
+    return self._variables[:] + self._sub_variables()
+
+  def set_weights(self, weights):
+    if not self.built:
+      raise ValueError("You are calling `set_weights()` on an optimizer that has not yet been "
+                       "built. Call `optimizer.build(trainable_variables)` first.")
+    self._assign_all(weights)
+
+  def update_step(self, gradient, variable, learning_rate):
+    raise NotImplementedError("A router applies gradients through its sub-optimizers.")
+
+
+class CompositeOptimizer(_router.CompositeMixin, _KerasRouter):
+  """Applies a different optimizer to each group of variables (Keras 3).
+
+  Args:
+    optimizers_and_vars: `(optimizer, variables)` pairs; `variables` is a
+      callable returning variables (TensorFlow Recommenders' signature), or any
+      block `OptimizerBlocks` accepts. A variable with a gradient that no pair
+      claims raises `ValueError`.
+    name: the router's name.
+  """
+
+  def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
+    self._init_base(name)
+    self._init_composite(optimizers_and_vars, name)
+
+
+class MultiOptimizer(_router.MultiMixin, _KerasRouter):
+  """Applies a different optimizer to each group of layers (Keras 3; Merlin's signature).
+
+  Args:
+    optimizers_and_blocks: `OptimizerBlocks(optimizer, blocks)` items; an
+      optimizer may be an instance or a Keras identifier string; blocks are
+      layers, variables, callables returning variables or regular expressions
+      matched in full against variable paths.
+    default_optimizer: trains every variable no block claims.
+    name: the router's name.
+  """
+
+  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer"):
+    self._init_base(name)
+    self._init_multi(optimizers_and_blocks, default_optimizer, name)
+
+
+def _register():
+  for cls in (CompositeOptimizer, MultiOptimizer):
+    keras.saving.register_keras_serializable(package="tf_opt_ops", name=cls.__name__)(cls)
+  keras.saving.get_custom_objects().setdefault("merlin.models>MultiOptimizer", MultiOptimizer)
+
+
+_register()
