@@ -9,7 +9,7 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
-.PHONY: deps bazel venv configure build wheel test bench clean
+.PHONY: deps bazel venv configure build wheel test bench demo clean
 
 deps: bazel venv
 
@@ -48,6 +48,11 @@ wheel: build
 
 test: wheel
 	$(PY) -m pytest tests -q -ra
+
+# The main job: trains a recommender with the router against Keras Adam
+# (ARGS="--flavor tf_keras", "--data ratings.csv", ...); writes demo_out/.
+demo: build
+	PYTHONPATH=python $(PY) -m tf_opt_ops.demo $(ARGS)
 
 # `make bench QUICK=1` runs a few cases in under 3 minutes; results go to bench/results/.
 bench: build
