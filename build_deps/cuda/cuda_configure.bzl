@@ -29,11 +29,23 @@ CUDA_ARCHS = {archs}
 CUDA_VERSION = "{version}"
 '''.format(enabled = enabled, archs = repr(archs), version = version)
 
+# Appended to the package's _build_info.py (//tf_opt_ops:build_info), so
+# tests and users can tell a CUDA build from a CPU-only one.
+def _build_info(version, archs):
+    return """
+# CUDA toolkit the GPU kernels were compiled with (None: CPU-only build).
+CUDA_VERSION = {version}
+CUDA_ARCHS = {archs}
+""".format(version = repr(version) if version else "None", archs = repr(archs))
+
 def _cuda_configure_impl(rctx):
     enabled = rctx.os.environ.get("TF_NEED_CUDA", "0") == "1"
     if not enabled:
-        rctx.file("BUILD", "# CUDA is off (TF_NEED_CUDA != 1): nothing here.\n")
+        rctx.file("BUILD", """# CUDA is off (TF_NEED_CUDA != 1): only the build record.
+exports_files(["_build_info_cuda.py"])
+""")
         rctx.file("build_defs.bzl", _build_defs(False, [], ""))
+        rctx.file("_build_info_cuda.py", _build_info("", []))
         return
     path = rctx.os.environ.get("CUDA_TOOLKIT_PATH", "")
     if not path:
@@ -45,11 +57,13 @@ def _cuda_configure_impl(rctx):
     archs = [a.strip() for a in rctx.os.environ.get("TF_CUDA_ARCHS", "").split(",") if a.strip()]
     if not archs:
         fail("TF_CUDA_ARCHS is empty: re-run ./configure.sh.")
-    rctx.file("build_defs.bzl", _build_defs(True, archs, rctx.os.environ.get("TF_CUDA_VERSION", "")))
+    version = rctx.os.environ.get("TF_CUDA_VERSION", "")
+    rctx.file("build_defs.bzl", _build_defs(True, archs, version))
+    rctx.file("_build_info_cuda.py", _build_info(version or "unknown", archs))
     rctx.file("BUILD", '''
 package(default_visibility = ["//visibility:public"])
 
-exports_files(["bin/nvcc"])
+exports_files(["bin/nvcc", "_build_info_cuda.py"])
 
 # Everything an nvcc action reads: the driver, its compilers (cicc, ptxas,
 # fatbinary, ...), the toolkit headers (CUB ships in include/cccl) and libdevice.
