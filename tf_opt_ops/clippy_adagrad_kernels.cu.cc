@@ -47,9 +47,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // the duplicate-summed gradient; pass 1 may write accum (standard
 // accumulator update), which pass 2 then reads, as on the CPU.
 
-template <typename T, typename K>
+template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    SparseRatioKernel(SortedRows<K> rows, const T* __restrict__ grad, const T* __restrict__ var,
+    SparseRatioKernel(SortedRows rows, const T* __restrict__ grad, const T* __restrict__ var,
                       T* __restrict__ accum, ClippyStep<ComputeT<T>> step) {
   using C = ComputeT<T>;
   const int64_t dim = rows.row_size;
@@ -66,9 +66,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   if (threadIdx.x == 0 && threadIdx.y == 0) rows.partials[blockIdx.x] = static_cast<double>(local);
 }
 
-template <typename T, typename K>
+template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    SparseApplyKernel(SortedRows<K> rows, const T* __restrict__ grad, T* __restrict__ var,
+    SparseApplyKernel(SortedRows rows, const T* __restrict__ grad, T* __restrict__ var,
                       T* __restrict__ accum, ClippyStep<ComputeT<T>> step,
                       const ComputeT<T>* __restrict__ scale) {
   using C = ComputeT<T>;
@@ -122,26 +122,23 @@ int SparseApplyClippyAdagrad(DType dtype, const SparseRows& rows, const void* gr
                              void* scratch, size_t scratch_bytes, void* stream,
                              IndexError* index_error) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return DispatchIndex(rows.index_type, [&](auto index_tag) {
-    using K = typename decltype(index_tag)::type;
-    SortedRows<K> sorted;
-    int err = PrepareSortedRows<K>(rows, scratch, scratch_bytes, s, index_error, &sorted);
-    if (err != 0 || index_error->position >= 0) return err;
-    return DispatchDType(dtype, [&](auto type_tag) {
-      using T = typename decltype(type_tag)::type;
-      using C = ComputeT<T>;
-      const ClippyStep<C> c_step = CastStep<C>(step);
-      const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
-      SparseRatioKernel<T, K><<<launch.grid, launch.block, 0, s>>>(
-          sorted, static_cast<const T*>(grad), static_cast<const T*>(var),
-          static_cast<T*>(accum), c_step);
-      FinalScaleKernel<C><<<1, kThreadsPerBlock, 0, s>>>(sorted.partials, launch.grid.x,
-                                                           static_cast<C*>(scale));
-      SparseApplyKernel<T, K><<<launch.grid, launch.block, 0, s>>>(
-          sorted, static_cast<const T*>(grad), static_cast<T*>(var), static_cast<T*>(accum),
-          c_step, static_cast<const C*>(scale));
-      return static_cast<int>(cudaGetLastError());
-    });
+  SortedRows sorted;
+  const int err = PrepareSortedRows(rows, scratch, scratch_bytes, s, index_error, &sorted);
+  if (err != 0 || index_error->position >= 0) return err;
+  return DispatchDType(dtype, [&](auto type_tag) {
+    using T = typename decltype(type_tag)::type;
+    using C = ComputeT<T>;
+    const ClippyStep<C> c_step = CastStep<C>(step);
+    const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
+    SparseRatioKernel<T><<<launch.grid, launch.block, 0, s>>>(
+        sorted, static_cast<const T*>(grad), static_cast<const T*>(var), static_cast<T*>(accum),
+        c_step);
+    FinalScaleKernel<C><<<1, kThreadsPerBlock, 0, s>>>(sorted.partials, launch.grid.x,
+                                                         static_cast<C*>(scale));
+    SparseApplyKernel<T><<<launch.grid, launch.block, 0, s>>>(
+        sorted, static_cast<const T*>(grad), static_cast<T*>(var), static_cast<T*>(accum), c_step,
+        static_cast<const C*>(scale));
+    return static_cast<int>(cudaGetLastError());
   });
 }
 

@@ -41,17 +41,14 @@ int DispatchDType(DType dtype, F&& f) {
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
-// Calls f(TypeTag<K>()) with K the unsigned type of the index width: indices
-// are validated non-negative before any use, so sorting their bits as
-// unsigned keeps their order (and lets the sort stop at the bits num_rows
-// needs).
+// Calls f(TypeTag<S>()) with S the signed index type.
 template <typename F>
 int DispatchIndex(IndexType type, F&& f) {
   switch (type) {
     case IndexType::kInt32:
-      return f(TypeTag<uint32_t>());
+      return f(TypeTag<int32_t>());
     case IndexType::kInt64:
-      return f(TypeTag<uint64_t>());
+      return f(TypeTag<int64_t>());
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }
@@ -140,12 +137,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 // Rows of a sparse update after PrepareSortedRows: `keys` are the indices
-// sorted (as unsigned K), `positions` their positions in the input, stably
-// sorted, so each distinct row is a run of equal keys whose positions are in
-// input order. Device pointers into the scratch buffer.
-template <typename K>
+// (validated, so non-negative) widened to uint64 and sorted, `positions` their
+// positions in the input, stably sorted, so each distinct row is a run of
+// equal keys whose positions are in input order. One key type for int32 and
+// int64 indices halves what nvcc compiles; the sort only looks at the bits
+// num_rows needs, so the wider key costs no extra pass. Device pointers into
+// the scratch buffer.
 struct SortedRows {
-  const K* keys;
+  const uint64_t* keys;
   const int64_t* positions;
   int64_t count;
   int64_t row_size;
@@ -155,9 +154,8 @@ struct SortedRows {
 // Validates and sorts (sparse_rows.cu.cc). Returns a cudaError_t; sets
 // `index_error` (position -1 when all indices are valid; nothing sorted
 // otherwise). Synchronizes `stream` once, to read the check's result.
-template <typename K>
 int PrepareSortedRows(const SparseRows& rows, void* scratch, size_t scratch_bytes,
-                      cudaStream_t stream, IndexError* index_error, SortedRows<K>* sorted);
+                      cudaStream_t stream, IndexError* index_error, SortedRows* sorted);
 
 // The thread layout every sparse kernel uses: blockDim (threads_per_row,
 // rows_per_block), grid-stride over the sorted positions.
@@ -176,12 +174,12 @@ inline RowLaunch MakeRowLaunch(int64_t count, int64_t row_size) {
 // of sorted positions naming `row`. The thread group of a run is the row of
 // threads (threadIdx.y); a position that is not the first of its run is
 // skipped (no work, so duplicates cost only their gradient reads).
-template <typename K, typename F>
-__device__ __forceinline__ void ForEachDistinctRow(const SortedRows<K>& s, F&& f) {
+template <typename F>
+__device__ __forceinline__ void ForEachDistinctRow(const SortedRows& s, F&& f) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.y;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; i < s.count;
        i += stride) {
-    const K key = s.keys[i];
+    const uint64_t key = s.keys[i];
     if (i > 0 && s.keys[i - 1] == key) continue;
     int64_t end = i + 1;
     while (end < s.count && s.keys[end] == key) ++end;
@@ -191,8 +189,8 @@ __device__ __forceinline__ void ForEachDistinctRow(const SortedRows<K>& s, F&& f
 
 // The gradient of element j of a distinct row: its rows summed in input
 // order, in the compute type (as the CPU kernels sum them).
-template <typename C, typename T, typename K>
-__device__ __forceinline__ C SummedGrad(const SortedRows<K>& s, const T* grad, int64_t begin,
+template <typename C, typename T>
+__device__ __forceinline__ C SummedGrad(const SortedRows& s, const T* grad, int64_t begin,
                                         int64_t end, int64_t j) {
   C g = Load<C>(grad[s.positions[begin] * s.row_size + j]);
   for (int64_t k = begin + 1; k < end; ++k) g += Load<C>(grad[s.positions[k] * s.row_size + j]);

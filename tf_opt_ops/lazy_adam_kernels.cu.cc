@@ -13,9 +13,9 @@ namespace {
 // Each distinct row is updated by exactly one thread group, from the sum of
 // its gradient rows: no two threads write one element, so no atomics and no
 // race between duplicates.
-template <typename T, typename K>
+template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    LazyAdamRowsKernel(SortedRows<K> rows, const T* __restrict__ grad, T* __restrict__ var,
+    LazyAdamRowsKernel(SortedRows rows, const T* __restrict__ grad, T* __restrict__ var,
                        T* __restrict__ m, T* __restrict__ v, AdamStep<ComputeT<T>> step) {
   using C = ComputeT<T>;
   const int64_t dim = rows.row_size;
@@ -34,19 +34,16 @@ int SparseApplyLazyAdam(DType dtype, const SparseRows& rows, const void* grad, v
                         void* m, void* v, const AdamStep<double>& step, void* scratch,
                         size_t scratch_bytes, void* stream, IndexError* index_error) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return DispatchIndex(rows.index_type, [&](auto index_tag) {
-    using K = typename decltype(index_tag)::type;
-    SortedRows<K> sorted;
-    int err = PrepareSortedRows<K>(rows, scratch, scratch_bytes, s, index_error, &sorted);
-    if (err != 0 || index_error->position >= 0 || rows.row_size == 0) return err;
-    return DispatchDType(dtype, [&](auto type_tag) {
-      using T = typename decltype(type_tag)::type;
-      const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
-      LazyAdamRowsKernel<T, K><<<launch.grid, launch.block, 0, s>>>(
-          sorted, static_cast<const T*>(grad), static_cast<T*>(var), static_cast<T*>(m),
-          static_cast<T*>(v), CastStep<ComputeT<T>>(step));
-      return static_cast<int>(cudaGetLastError());
-    });
+  SortedRows sorted;
+  const int err = PrepareSortedRows(rows, scratch, scratch_bytes, s, index_error, &sorted);
+  if (err != 0 || index_error->position >= 0 || rows.row_size == 0) return err;
+  return DispatchDType(dtype, [&](auto type_tag) {
+    using T = typename decltype(type_tag)::type;
+    const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
+    LazyAdamRowsKernel<T><<<launch.grid, launch.block, 0, s>>>(
+        sorted, static_cast<const T*>(grad), static_cast<T*>(var), static_cast<T*>(m),
+        static_cast<T*>(v), CastStep<ComputeT<T>>(step));
+    return static_cast<int>(cudaGetLastError());
   });
 }
 
