@@ -112,7 +112,7 @@ TFO_API int tfo_sparse_scratch_bytes(int dtype, int index_type, int64_t num_indi
                                      int64_t num_rows, int64_t row_size, size_t* bytes) {
   const SparseRows rows{nullptr, static_cast<IndexType>(index_type), num_indices, num_rows,
                         row_size};
-  return tf_opt_ops::gpu::SparseScratchBytes(static_cast<DType>(dtype), rows, bytes);
+  return tf_opt_ops::gpu::SparseScratchBytes(static_cast<DType>(dtype), rows, g_stream, bytes);
 }
 
 TFO_API size_t tfo_dense_scratch_bytes(int dtype) {

@@ -121,8 +121,9 @@ struct SparseApplyClippyAdagrad<GPUDevice, T, Tindex> {
                           Tensor* scale) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     size_t bytes = 0;
-    TF_RETURN_IF_ERROR(GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, &bytes),
-                                 "SparseApplyClippyAdagrad scratch size"));
+    TF_RETURN_IF_ERROR(
+        GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes),
+                  "SparseApplyClippyAdagrad scratch size"));
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     gpu::IndexError bad;

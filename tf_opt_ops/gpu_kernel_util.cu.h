@@ -85,6 +85,20 @@ inline int BlocksFor(int64_t items, int64_t items_per_block) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
+// Makes the stream's device current for this (static, private) CUDA runtime
+// before the first call on it. TensorFlow's own runtime may have a different
+// device current on the op's thread (multi-GPU), and a launch on a stream of
+// another device's context fails. TensorFlow uses the primary contexts, as
+// the runtime does, so this selects the very context the stream belongs to.
+inline int BindStreamDevice(cudaStream_t stream) {
+  int want = 0;
+  int current = 0;
+  cudaError_t err = cudaStreamGetDevice(stream, &want);
+  if (err == cudaSuccess) err = cudaGetDevice(&current);
+  if (err == cudaSuccess && current != want) err = cudaSetDevice(want);
+  return static_cast<int>(err);
+}
+
 // Carves 256-byte aligned pieces out of one scratch buffer (with base ==
 // nullptr it only adds up the size).
 class ScratchCarver {

@@ -10,7 +10,9 @@
 //
 // Every launcher returns a cudaError_t as int (0 = success; ErrorString()
 // names it). Launches are asynchronous on `stream`, except the sparse ones,
-// which wait for the index check (see SparseApplyLazyAdam).
+// which wait for the index check (see SparseApplyLazyAdam). Each launcher
+// first makes the stream's device current for the library's own (static)
+// CUDA runtime, so ops on any GPU of a multi-GPU process work.
 //
 // Half types: kHalf is IEEE binary16 (Eigen::half, __half), kBfloat16 is
 // bfloat16 (Eigen::bfloat16, __nv_bfloat16): same bits on both sides. They
@@ -53,9 +55,9 @@ struct IndexError {
 // the launcher is exact and GPU and CPU use the very same values.
 
 // Scratch memory (device, 256-byte aligned) the sparse launchers need for
-// `rows`. Writes the size; returns a cudaError_t (CUB's size query may touch
-// the device).
-int SparseScratchBytes(DType dtype, const SparseRows& rows, size_t* bytes);
+// `rows` on the device of `stream`. Writes the size; returns a cudaError_t
+// (CUB's size query reads the device's architecture).
+int SparseScratchBytes(DType dtype, const SparseRows& rows, void* stream, size_t* bytes);
 
 // Scratch memory the dense Clippy launcher needs.
 size_t DenseScratchBytes(DType dtype);

@@ -54,8 +54,9 @@ struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
                           const AdamStep<ComputeT<T>>& step) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     size_t bytes = 0;
-    TF_RETURN_IF_ERROR(GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, &bytes),
-                                 "SparseApplyLazyAdam scratch size"));
+    TF_RETURN_IF_ERROR(
+        GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes),
+                  "SparseApplyLazyAdam scratch size"));
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     gpu::IndexError bad;

@@ -72,10 +72,14 @@ int MakeLayout(const SparseRows& rows, void* scratch, Layout* layout) {
 
 }  // namespace
 
-int SparseScratchBytes(DType dtype, const SparseRows& rows, size_t* bytes) {
+int SparseScratchBytes(DType dtype, const SparseRows& rows, void* stream, size_t* bytes) {
   (void)dtype;  // partials are double for every type
+  *bytes = 0;
+  // CUB sizes its temporary storage for the current device's architecture.
+  int err = BindStreamDevice(static_cast<cudaStream_t>(stream));
+  if (err != 0) return err;
   Layout layout;
-  const int err = MakeLayout(rows, nullptr, &layout);
+  err = MakeLayout(rows, nullptr, &layout);
   *bytes = layout.total;
   return err;
 }
@@ -84,8 +88,10 @@ int PrepareSortedRows(const SparseRows& rows, void* scratch, size_t scratch_byte
                       cudaStream_t stream, IndexError* index_error, SortedRows* sorted) {
   index_error->position = -1;
   index_error->index = 0;
+  int err = BindStreamDevice(stream);
+  if (err != 0) return err;
   Layout layout;
-  int err = MakeLayout(rows, scratch, &layout);
+  err = MakeLayout(rows, scratch, &layout);
   if (err != 0) return err;
   if (scratch_bytes < layout.total) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n = rows.num_indices;
