@@ -468,10 +468,14 @@ def check_clippy(backend, report, rng):
     report.check(float(backend.set_scale_to_one(dtype)) == 1.0, f"set scale to one {dtype}")
 
 
+# A float16 table of 2^31 + 2048 elements (13 GiB with m and v).
+BIG_TABLE_ROWS, BIG_TABLE_DIM = 2**24 + 16, 128
+
+
 def check_big_table(backend, report, rng, free_bytes):
-  """A float16 table of 2^31 + 2048 elements: offsets past int32 (SPEC §2)."""
-  dim = 128
-  num_rows = 2**24 + 16
+  """Rows past 2^31 elements: offsets computed in 64 bits (SPEC §2)."""
+  dim = BIG_TABLE_DIM
+  num_rows = BIG_TABLE_ROWS
   elem = num_rows * dim
   need = 3 * elem * 2 + (1 << 30)
   if free_bytes < need:
@@ -483,7 +487,8 @@ def check_big_table(backend, report, rng, free_bytes):
   try:
     for p in (d_var, d_m, d_v):
       backend.check(backend.lib.tfo_memset(p, 0, elem * 2), "memset")
-    touched = np.array([num_rows - 1, 0, num_rows - 1, num_rows - 2, 2**24 + 3], np.int64)
+    middle = num_rows // 2
+    touched = np.array([num_rows - 1, 0, num_rows - 1, num_rows - 2, middle + 1], np.int64)
     grad = reference.random_values(rng, (len(touched), dim), dtype)
     nbytes = backend.scratch_bytes(dtype, np.int64, len(touched), num_rows, dim)
     d_grad, d_idx, d_scratch = (backend.upload(grad), backend.upload(touched),
@@ -502,7 +507,7 @@ def check_big_table(backend, report, rng, free_bytes):
     for what, g, w in zip(("var", "m", "v"), got, want):
       _compare(report, f"64-bit offsets lazy_adam {what}", g, w, dtype)
     # An untouched row between the touched ones stays zero.
-    row = backend.download(d_var, zeros[0], (2**24 + 2) * dim * 2)
+    row = backend.download(d_var, zeros[0], middle * dim * 2)
     report.check(not row.any(), "64-bit offsets: untouched row unchanged")
     for p in (d_grad, d_idx, d_scratch):
       backend.free(p)
@@ -529,23 +534,24 @@ def _torch_sparse_adam_ms(torch, num_rows, dim, idx, grad_values, iters):
   dev = torch.device("cuda")
   emb = torch.zeros(num_rows, dim, device=dev, requires_grad=True)
   opt = torch.optim.SparseAdam([emb], lr=1e-3)
-  i = torch.as_tensor(idx, device=dev).unsqueeze(0)
+  i = torch.as_tensor(idx, device=dev)
   vals = torch.as_tensor(grad_values, device=dev)
-  grad = torch.sparse_coo_tensor(i, vals, (num_rows, dim))
+  # The sparse (uncoalesced, duplicates kept) gradient an nn.Embedding(sparse=True)
+  # lookup gives; it stays in emb.grad, and every step() coalesces it again, as
+  # our kernels deduplicate on every call.
+  torch.nn.functional.embedding(i, emb, sparse=True).backward(vals)
   for _ in range(2):
-    emb.grad = grad
     opt.step()
   torch.cuda.synchronize()
   times = []
   for _ in range(iters):
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    emb.grad = grad
     start.record()
     opt.step()
     stop.record()
     stop.synchronize()
     times.append(start.elapsed_time(stop))
-  del opt, emb, grad, vals, i
+  del opt, emb, vals, i
   torch.cuda.empty_cache()
   return float(np.median(times))
 
@@ -601,7 +607,12 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
     bw = moved / (lazy_ms * 1e-3)
     torch_ms = None
     if torch is not None and 3 * table + (1 << 30) < free_bytes:
-      torch_ms = _torch_sparse_adam_ms(torch, num_rows, dim, idx, grad, iters)
+      try:
+        torch_ms = _torch_sparse_adam_ms(torch, num_rows, dim, idx, grad, iters)
+      except Exception as e:  # pylint: disable=broad-except
+        # The comparison is informative only: a torch problem must not hide our figures.
+        print(f"  torch.optim.SparseAdam failed ({type(e).__name__}: {e}); no comparison")
+        torch = None
     row = dict(rows=num_rows, dim=dim, batch=n, unique=uniq, lazy_adam_ms=lazy_ms,
                lazy_adam_GBps=bw / 1e9, fraction_of_copy=bw / copy_bw,
                clippy_sparse_ms=clippy_ms, clippy_over_adam=clippy_ms / lazy_ms,
@@ -613,10 +624,14 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
           flush=True)
 
 
+# The issue's targets are set at 1M rows x 128, batch 131072.
+TARGET_SIZE = (1 << 20, 128, 131072)
+
+
 def targets(report):
-  """The issue's targets at 1M rows x 128, batch 131072 (reported, not enforced)."""
+  """The issue's targets at TARGET_SIZE (reported; enforced only with --strict-perf)."""
   rows = [r for r in report.results["bench"]
-          if (r["rows"], r["dim"], r["batch"]) == (1 << 20, 128, 131072)]
+          if (r["rows"], r["dim"], r["batch"]) == TARGET_SIZE]
   if not rows:
     return []
   r = rows[0]
@@ -632,7 +647,7 @@ def targets(report):
 
 BENCH_SIZES = [(rows, dim, n) for rows in (1 << 20, 10 * (1 << 20)) for dim in (64, 128, 256)
                for n in (16384, 131072, 1 << 20)]
-QUICK_SIZES = [(1 << 20, 128, 131072)]
+QUICK_SIZES = [TARGET_SIZE]
 
 
 def main(argv=None):
