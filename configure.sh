@@ -72,6 +72,9 @@ if [[ "${TF_NEED_CUDA:-}" != 0 ]]; then
       cuda_path=""
     fi
   fi
+  if [[ -n "${CUDA_TOOLKIT_PATH:-}" && ! -x "$nvcc_bin" ]]; then
+    echo "configure.sh: CUDA_TOOLKIT_PATH=$CUDA_TOOLKIT_PATH has no bin/nvcc." >&2
+  fi
   if [[ -z "$cuda_path" && "${TF_NEED_CUDA:-}" == 1 ]]; then
     echo "configure.sh: TF_NEED_CUDA=1 but no usable CUDA toolkit (set CUDA_TOOLKIT_PATH)." >&2
     exit 1
