@@ -9,7 +9,7 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
-.PHONY: deps bazel venv configure build wheel test bench demo clean
+.PHONY: deps bazel venv configure build wheel test bench demo clean gpu-check-build gpu-check
 
 deps: bazel venv
 
@@ -58,6 +58,45 @@ demo: build
 bench: build
 	PYTHONPATH=python $(PY) -m tf_opt_ops.bench $(if $(QUICK),--quick)
 
+# ---------------------------------------------------------------- GPU check
+# The CUDA kernels of the .so (the same .cu.cc files) plus gpu_check/capi.cu.cc,
+# built with plain nvcc into a small library that gpu_check/gpu_check.py drives
+# from NumPy through ctypes: no TensorFlow, no Bazel. `make gpu-check-build`
+# compiles it anywhere nvcc is (CI, no GPU needed); `make gpu-check` also runs
+# the checks and the benchmark. Without a GPU it prints "NO GPU" and exits 0
+# (GPU_CHECK_FLAGS=--require-gpu makes that exit 3); a failed check exits 1.
+#   make gpu-check GPU_CHECK_ARCHS=90 GPU_CHECK_FLAGS="--bench quick --json out.json"
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+GPU_CHECK_ARCHS ?= 75,80,86,89,90
+GPU_CHECK_FLAGS ?=
+GPU_PY ?= $(shell [ -x $(VENV)/bin/python ] && echo $(VENV)/bin/python || echo python3)
+GPU_CHECK_DIR := gpu_check/build
+GPU_CHECK_LIB := $(GPU_CHECK_DIR)/libtfo_gpu_check.so
+GPU_CHECK_SRCS := sparse_rows.cu.cc lazy_adam_kernels.cu.cc clippy_adagrad_kernels.cu.cc capi.cu.cc
+GPU_CHECK_HDRS := tf_opt_ops/gpu_launchers.h tf_opt_ops/gpu_kernel_util.cu.h tf_opt_ops/optimizer_math.h
+comma := ,
+gpu_archs := $(subst $(comma), ,$(GPU_CHECK_ARCHS))
+# SASS for each architecture, PTX for the last (as the Bazel build).
+GPU_GENCODE := $(foreach a,$(gpu_archs),-gencode=arch=compute_$(a),code=sm_$(a)) \
+	-gencode=arch=compute_$(lastword $(gpu_archs)),code=compute_$(lastword $(gpu_archs))
+# The flags of tf_opt_ops/BUILD's NVCC_COPTS.
+GPU_NVCC_FLAGS := -std=c++17 -O3 --fmad=false -Xcompiler=-fPIC -Xcompiler=-fvisibility=hidden -DNDEBUG -I.
+vpath %.cu.cc tf_opt_ops gpu_check
+
+$(GPU_CHECK_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_DIR)
+	$(NVCC) -c -x cu $(GPU_NVCC_FLAGS) $(GPU_GENCODE) -o $@ $<
+
+$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o))
+	$(NVCC) -shared -cudart static $(GPU_GENCODE) -o $@ $^
+
+$(GPU_CHECK_DIR):
+	mkdir -p $@
+
+gpu-check-build: $(GPU_CHECK_LIB)
+
+gpu-check: $(GPU_CHECK_LIB)
+	$(GPU_PY) gpu_check/gpu_check.py --lib $(GPU_CHECK_LIB) $(GPU_CHECK_FLAGS)
+
 clean:
 	-bazel clean
-	rm -rf dist $(PKG)/_tf_opt_ops.so $(PKG)/_build_info.py
+	rm -rf dist $(PKG)/_tf_opt_ops.so $(PKG)/_build_info.py $(GPU_CHECK_DIR)

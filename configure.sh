@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Writes .bazelrc for building _tf_opt_ops.so against the installed TensorFlow.
+# Writes .bazelrc for building _tf_opt_ops.so against the installed TensorFlow
+# (and the CUDA toolkit, when nvcc is found).
 #
 # No prompts, no network. Python: $PYTHON_BIN_PATH, else ./.venv/bin/python,
 # else python3. Everything TensorFlow-specific (headers, library, ABI and
@@ -36,6 +37,50 @@ if [[ ! -f "$platforms_dir/WORKSPACE" ]]; then
   exit 1
 fi
 
+# CUDA: on when a CUDA compiler is found, unless TF_NEED_CUDA=0. The toolkit
+# is $CUDA_TOOLKIT_PATH, else the one nvcc on PATH (or /usr/local/cuda)
+# belongs to; nvcc itself reports its root (TOP in --dryrun), which also sees
+# through wrapper scripts such as /usr/local/bin/nvcc.
+# TF_CUDA_ARCHS: comma-separated compute capabilities (SASS for each, PTX for
+# the last); the default covers Turing through Hopper.
+cuda_path=""
+cuda_version=""
+cuda_archs="${TF_CUDA_ARCHS:-75,80,86,89,90}"
+if [[ "${TF_NEED_CUDA:-}" != 0 ]]; then
+  nvcc_bin=""
+  if [[ -n "${CUDA_TOOLKIT_PATH:-}" ]]; then
+    nvcc_bin="$CUDA_TOOLKIT_PATH/bin/nvcc"
+  elif command -v nvcc >/dev/null; then
+    nvcc_bin="$(command -v nvcc)"
+  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    nvcc_bin=/usr/local/cuda/bin/nvcc
+  fi
+  if [[ -n "$nvcc_bin" && -x "$nvcc_bin" ]]; then
+    probe_dir="$(mktemp -d)"
+    echo '__global__ void k() {}' > "$probe_dir/probe.cu"
+    top="$("$nvcc_bin" --dryrun -c "$probe_dir/probe.cu" -o "$probe_dir/probe.o" 2>&1 \
+           | sed -n 's/^#\$ TOP=//p' | head -n1)"
+    rm -rf "$probe_dir"
+    cuda_path="$(cd "${top:-$(dirname "$nvcc_bin")/..}" 2>/dev/null && pwd -P)" || cuda_path=""
+    cuda_version="$("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
+    missing=""
+    for f in bin/nvcc lib64/libcudart_static.a include/cuda_runtime.h include/cccl/cub/cub.cuh; do
+      [[ -e "$cuda_path/$f" ]] || missing="$missing $f"
+    done
+    if [[ -z "$cuda_path" || -n "$missing" ]]; then
+      echo "configure.sh: nvcc at $nvcc_bin, but the toolkit at '${cuda_path}' lacks:${missing}." >&2
+      cuda_path=""
+    fi
+  fi
+  if [[ -n "${CUDA_TOOLKIT_PATH:-}" && ! -x "$nvcc_bin" ]]; then
+    echo "configure.sh: CUDA_TOOLKIT_PATH=$CUDA_TOOLKIT_PATH has no bin/nvcc." >&2
+  fi
+  if [[ -z "$cuda_path" && "${TF_NEED_CUDA:-}" == 1 ]]; then
+    echo "configure.sh: TF_NEED_CUDA=1 but no usable CUDA toolkit (set CUDA_TOOLKIT_PATH)." >&2
+    exit 1
+  fi
+fi
+
 {
   echo "# Written by configure.sh for TensorFlow $tf_version ($python). Do not edit; re-run ./configure.sh."
   echo "build --repo_env=TF_HEADER_DIR=$tf_include"
@@ -54,6 +99,14 @@ fi
       *) echo "build --copt=$f" ;;
     esac
   done
+  if [[ -n "$cuda_path" ]]; then
+    echo "build --repo_env=TF_NEED_CUDA=1"
+    echo "build --repo_env=CUDA_TOOLKIT_PATH=$cuda_path"
+    echo "build --repo_env=TF_CUDA_VERSION=$cuda_version"
+    echo "build --repo_env=TF_CUDA_ARCHS=$cuda_archs"
+  else
+    echo "build --repo_env=TF_NEED_CUDA=0"
+  fi
   echo "build -c opt"
   # TF's headers are thousands of files: symlinking them into a sandbox per
   # compile costs more than the compile.
@@ -62,4 +115,8 @@ fi
   echo "build --show_result=0"
 } > .bazelrc
 
-echo "configure.sh: wrote .bazelrc for TensorFlow $tf_version"
+if [[ -n "$cuda_path" ]]; then
+  echo "configure.sh: wrote .bazelrc for TensorFlow $tf_version, CUDA $cuda_version at $cuda_path (archs $cuda_archs)"
+else
+  echo "configure.sh: wrote .bazelrc for TensorFlow $tf_version, CPU only (no CUDA compiler found or TF_NEED_CUDA=0)"
+fi

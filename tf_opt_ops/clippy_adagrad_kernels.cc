@@ -1,9 +1,14 @@
-// Clippy Adagrad: OpKernels (validation, locking) and the CPU functors.
+// Clippy Adagrad: OpKernels (validation, locking), the CPU functors, and the
+// GPU functors calling the launchers of clippy_adagrad_kernels.cu.cc.
 #define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU  // Eigen::GpuDevice, for the op's stream
+#endif
 
 #include "tf_opt_ops/clippy_adagrad_kernels.h"
 
 #include <mutex>
+#include <type_traits>
 
 #include "tf_opt_ops/kernel_helpers.h"
 
@@ -99,6 +104,50 @@ struct SparseApplyClippyAdagrad<CPUDevice, T, Tindex> {
   }
 };
 
+#if GOOGLE_CUDA
+// The scale is reduced and applied on the device: `scale` (the op's output,
+// device memory) carries it from pass 1 to pass 2, no host round trip.
+template <typename T>
+struct ApplyClippyAdagrad<GPUDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var,
+                          Tensor* accum, const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
+    const size_t bytes = gpu::DenseScratchBytes(GpuDType<T>());
+    Tensor scratch;
+    TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
+    return GpuStatus(gpu::ApplyClippyAdagrad(GpuDType<T>(), var->NumElements(), grad.data(),
+                                             var->data(), accum->data(), Widen(step),
+                                             scale->data(), scratch.data(), bytes,
+                                             GpuStream(ctx)),
+                     "ApplyClippyAdagrad");
+  }
+};
+
+// Index check first (one stream synchronization, before any write), then
+// both passes over the distinct rows on the device.
+template <typename T, typename Tindex>
+struct SparseApplyClippyAdagrad<GPUDevice, T, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
+                          Tensor* var, Tensor* accum, const ClippyStep<ComputeT<T>>& step,
+                          Tensor* scale) {
+    const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
+    size_t bytes = 0;
+    TF_RETURN_IF_ERROR(
+        GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes),
+                  "SparseApplyClippyAdagrad scratch size"));
+    Tensor scratch;
+    TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
+    gpu::IndexError bad;
+    TF_RETURN_IF_ERROR(GpuStatus(
+        gpu::SparseApplyClippyAdagrad(GpuDType<T>(), rows, grad.data(), var->data(),
+                                      accum->data(), Widen(step), scale->data(), scratch.data(),
+                                      bytes, GpuStream(ctx), &bad),
+        "SparseApplyClippyAdagrad"));
+    if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
+    return absl::OkStatus();
+  }
+};
+#endif  // GOOGLE_CUDA
+
 }  // namespace functor
 
 // One OpKernel for the dense and the sparse op: they differ in the gradient
@@ -164,7 +213,13 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
 template <typename Device, typename T, typename Tindex, bool kSparse>
 absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernelContext* ctx,
                                                                          Tensor* scale) {
-  scale->scalar<C>().device(ctx->eigen_device<Device>()) = scale->scalar<C>().constant(C(1));
+#if GOOGLE_CUDA
+  if constexpr (std::is_same_v<Device, GPUDevice>) {  // scale is in device memory
+    return GpuStatus(gpu::SetScaleToOne(GpuDType<T>(), scale->data(), GpuStream(ctx)),
+                     "SetScaleToOne");
+  }
+#endif
+  scale->scalar<C>()() = C(1);  // host memory
   return absl::OkStatus();
 }
 
@@ -191,5 +246,37 @@ TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_CPU);
 TF_CALL_float(TF_OPT_OPS_REGISTER_CPU);
 TF_CALL_double(TF_OPT_OPS_REGISTER_CPU);
 #undef TF_OPT_OPS_REGISTER_CPU
+
+#if GOOGLE_CUDA
+// The hyperparameters are read on the host (HostMemory); var, accum, grad,
+// indices and the scale output stay on the device.
+#define TF_OPT_OPS_CLIPPY_GPU(name, T)                     \
+  Name(name)                                               \
+      .Device(tensorflow::DEVICE_GPU)                      \
+      .HostMemory("lr")                                    \
+      .HostMemory("epsilon")                               \
+      .HostMemory("variable_relative_threshold")           \
+      .HostMemory("accumulator_relative_threshold")        \
+      .HostMemory("absolute_threshold")                    \
+      .TypeConstraint<T>("T")                              \
+      .TypeConstraint<ComputeT<T>>("Tscalar")
+#define TF_OPT_OPS_REGISTER_GPU(T)                                                           \
+  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),   \
+                          ClippyAdagradOp<GPUDevice, T, int32_t, false>);                    \
+  REGISTER_KERNEL_BUILDER(                                                                   \
+      TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T)                  \
+          .TypeConstraint<int32_t>("Tindices"),                                              \
+      ClippyAdagradOp<GPUDevice, T, int32_t, true>);                                         \
+  REGISTER_KERNEL_BUILDER(                                                                   \
+      TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T)                  \
+          .TypeConstraint<int64_t>("Tindices"),                                              \
+      ClippyAdagradOp<GPUDevice, T, int64_t, true>);
+TF_CALL_half(TF_OPT_OPS_REGISTER_GPU);
+TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_GPU);
+TF_CALL_float(TF_OPT_OPS_REGISTER_GPU);
+TF_CALL_double(TF_OPT_OPS_REGISTER_GPU);
+#undef TF_OPT_OPS_REGISTER_GPU
+#undef TF_OPT_OPS_CLIPPY_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tf_opt_ops

@@ -17,11 +17,39 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/kernels/dense_update_functor.h"
+
+#if GOOGLE_CUDA
+#ifndef EIGEN_USE_GPU
+#error "define EIGEN_USE_GPU (under GOOGLE_CUDA) before including any header"
+#endif
+namespace tensorflow {
+namespace functor {
+// The copy training_op_helpers.h makes when a sparse update finds a shared
+// buffer (copy-on-read) or a dense one finds it aliased. TensorFlow defines
+// the GPU instance in libtensorflow_cc.so.2, which only the GPU wheel exports
+// (and not to custom ops by contract); defining it here, ahead of its use,
+// keeps the .so dependent on libtensorflow_framework.so.2 alone. A
+// device-to-device copy on the op's stream, like TensorFlow's own.
+template <typename T>
+struct DenseUpdate<Eigen::GpuDevice, T, ASSIGN> {
+  void operator()(const Eigen::GpuDevice& d, typename TTypes<T>::Flat params,
+                  typename TTypes<T>::ConstFlat update) {
+    d.memcpy(params.data(), update.data(), params.size() * sizeof(T));
+  }
+};
+}  // namespace functor
+}  // namespace tensorflow
+#endif  // GOOGLE_CUDA
+
 #include "tensorflow/core/kernels/training_op_helpers.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tf_opt_ops/optimizer_math.h"
 #include "tf_opt_ops/row_groups.h"
+#if GOOGLE_CUDA
+#include "tf_opt_ops/gpu_launchers.h"
+#endif
 
 namespace tf_opt_ops {
 
@@ -145,16 +173,18 @@ inline absl::Status ValidateDenseGrad(const Tensor& var, const Tensor& grad) {
   return absl::OkStatus();
 }
 
+// The error of an index outside [0, num_rows), on CPU and GPU alike.
+inline absl::Status IndexOutOfRange(int64_t position, int64_t index, int64_t num_rows) {
+  return InvalidArgument("indices[", position, "] = ", index, " is not in [0, ", num_rows,
+                         "): every index must name a row of var");
+}
+
 // Groups `indices` by row after checking each is in [0, num_rows).
 template <typename Tindex>
 absl::Status GroupRows(const Tensor& indices, int64_t num_rows, RowGroups* groups) {
   const auto flat = indices.flat<Tindex>();
   const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows);
-  if (bad >= 0) {
-    return InvalidArgument(
-        "indices[", bad, "] = ", static_cast<int64_t>(flat(bad)), " is not in [0, ", num_rows,
-        "): every index must name a row of var");
-  }
+  if (bad >= 0) return IndexOutOfRange(bad, static_cast<int64_t>(flat(bad)), num_rows);
   return absl::OkStatus();
 }
 
@@ -207,6 +237,72 @@ class SummedGradRows {
   bool summed_used_ = false;
   Tensor summed_;
 };
+
+#if GOOGLE_CUDA
+// ------------------------------------------------------------------- GPU glue
+// The GPU functors call the TensorFlow-free launchers of gpu_launchers.h with
+// the op's stream and scratch from the op's allocator.
+using GPUDevice = Eigen::GpuDevice;
+
+template <typename T>
+constexpr gpu::DType GpuDType();
+template <>
+constexpr gpu::DType GpuDType<Eigen::half>() { return gpu::DType::kHalf; }
+template <>
+constexpr gpu::DType GpuDType<Eigen::bfloat16>() { return gpu::DType::kBfloat16; }
+template <>
+constexpr gpu::DType GpuDType<float>() { return gpu::DType::kFloat; }
+template <>
+constexpr gpu::DType GpuDType<double>() { return gpu::DType::kDouble; }
+
+// Eigen::half/__half and Eigen::bfloat16/__nv_bfloat16 are the same 16 bits.
+static_assert(sizeof(Eigen::half) == 2 && sizeof(Eigen::bfloat16) == 2,
+              "16-bit types must match CUDA's __half and __nv_bfloat16");
+
+inline void* GpuStream(OpKernelContext* ctx) {
+  return static_cast<void*>(ctx->eigen_gpu_device().stream());
+}
+
+// A failed CUDA call (e.g. a driver older than the CUDA 13 runtime linked
+// into the library) fails the op with the CUDA error named.
+inline absl::Status GpuStatus(int error, const char* what) {
+  if (error == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, " failed on the GPU: ", gpu::ErrorString(error),
+                                          " (CUDA error ", error, ")"));
+}
+
+inline absl::Status AllocateGpuScratch(OpKernelContext* ctx, size_t bytes, Tensor* scratch) {
+  return ctx->allocate_temp(tensorflow::DT_INT8,
+                            TensorShape({static_cast<int64_t>(bytes > 0 ? bytes : 1)}), scratch);
+}
+
+template <typename Tindex>
+gpu::SparseRows MakeSparseRows(const Tensor& indices, const Tensor& var) {
+  static_assert(sizeof(Tindex) == 4 || sizeof(Tindex) == 8, "int32 or int64 indices");
+  const int64_t num_rows = var.dim_size(0);
+  return gpu::SparseRows{indices.data(),
+                         sizeof(Tindex) == 4 ? gpu::IndexType::kInt32 : gpu::IndexType::kInt64,
+                         indices.NumElements(), num_rows,
+                         num_rows > 0 ? var.NumElements() / num_rows : 0};
+}
+
+// The launchers take the compute-type values widened to double (exact).
+template <typename C>
+AdamStep<double> Widen(const AdamStep<C>& s) {
+  return AdamStep<double>{s.lr_t, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+                          s.epsilon};
+}
+template <typename C>
+ClippyStep<double> Widen(const ClippyStep<C>& s) {
+  return ClippyStep<double>{s.lr,
+                            s.epsilon,
+                            s.variable_relative_threshold,
+                            s.accumulator_relative_threshold,
+                            s.absolute_threshold,
+                            s.clip_accumulator_update,
+                            s.use_standard_accumulator_update};
+}
+#endif  // GOOGLE_CUDA
 
 }  // namespace tf_opt_ops
 

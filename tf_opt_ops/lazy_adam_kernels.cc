@@ -1,5 +1,9 @@
-// Sparse lazy Adam: OpKernel (validation, locking) and the CPU functor.
+// Sparse lazy Adam: OpKernel (validation, locking), the CPU functor, and the
+// GPU functor calling the launcher of lazy_adam_kernels.cu.cc.
 #define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU  // Eigen::GpuDevice, for the op's stream
+#endif
 
 #include "tf_opt_ops/lazy_adam_kernels.h"
 
@@ -44,6 +48,34 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
     return absl::OkStatus();
   }
 };
+
+#if GOOGLE_CUDA
+// Index check, duplicate grouping and the update all run on the op's stream;
+// the launcher synchronizes once, after the index check, so a bad index fails
+// the op here before any variable is written.
+template <typename T, typename Tindex>
+struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
+                          Tensor* var, Tensor* m, Tensor* v,
+                          const AdamStep<ComputeT<T>>& step) {
+    const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
+    size_t bytes = 0;
+    TF_RETURN_IF_ERROR(
+        GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes),
+                  "SparseApplyLazyAdam scratch size"));
+    Tensor scratch;
+    TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
+    gpu::IndexError bad;
+    TF_RETURN_IF_ERROR(GpuStatus(
+        gpu::SparseApplyLazyAdam(GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
+                                 v->data(), Widen(step), scratch.data(), bytes, GpuStream(ctx),
+                                 &bad),
+        "SparseApplyLazyAdam"));
+    if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
+    return absl::OkStatus();
+  }
+};
+#endif  // GOOGLE_CUDA
 
 }  // namespace functor
 
@@ -96,5 +128,31 @@ TF_CALL_float(TF_OPT_OPS_REGISTER_CPU_T);
 TF_CALL_double(TF_OPT_OPS_REGISTER_CPU_T);
 #undef TF_OPT_OPS_REGISTER_CPU_T
 #undef TF_OPT_OPS_REGISTER_CPU
+
+#if GOOGLE_CUDA
+// The hyperparameters are read on the host (HostMemory); var, m, v, grad and
+// indices stay on the device.
+#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                                  \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam")      \
+                              .Device(tensorflow::DEVICE_GPU)               \
+                              .HostMemory("beta1_power")                    \
+                              .HostMemory("beta2_power")                    \
+                              .HostMemory("lr")                             \
+                              .HostMemory("beta1")                          \
+                              .HostMemory("beta2")                          \
+                              .HostMemory("epsilon")                        \
+                              .TypeConstraint<T>("T")                       \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
+                              .TypeConstraint<Tindex>("Tindices"),          \
+                          SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
+#define TF_OPT_OPS_REGISTER_GPU_T(T) \
+  TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)
+TF_CALL_half(TF_OPT_OPS_REGISTER_GPU_T);
+TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_GPU_T);
+TF_CALL_float(TF_OPT_OPS_REGISTER_GPU_T);
+TF_CALL_double(TF_OPT_OPS_REGISTER_GPU_T);
+#undef TF_OPT_OPS_REGISTER_GPU_T
+#undef TF_OPT_OPS_REGISTER_GPU
+#endif  // GOOGLE_CUDA
 
 }  // namespace tf_opt_ops

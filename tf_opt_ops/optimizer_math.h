@@ -12,6 +12,8 @@
 #include <cstdint>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #define TF_OPT_OPS_HOST_DEVICE __host__ __device__ __forceinline__
 #else
 #define TF_OPT_OPS_HOST_DEVICE inline
@@ -52,6 +54,28 @@ template <typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE T Store(C x) {
   return static_cast<T>(x);
 }
+
+#if defined(__CUDACC__)
+// CUDA's half types, spelled out rather than left to their conversion
+// operators (which -D__CUDA_NO_HALF_CONVERSIONS__ removes). Stores round to
+// nearest even, as Eigen::half and Eigen::bfloat16 do on the CPU.
+template <>
+TF_OPT_OPS_HOST_DEVICE float Load<float, __half>(const __half& x) {
+  return __half2float(x);
+}
+template <>
+TF_OPT_OPS_HOST_DEVICE __half Store<__half, float>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+TF_OPT_OPS_HOST_DEVICE float Load<float, __nv_bfloat16>(const __nv_bfloat16& x) {
+  return __bfloat162float(x);
+}
+template <>
+TF_OPT_OPS_HOST_DEVICE __nv_bfloat16 Store<__nv_bfloat16, float>(float x) {
+  return __float2bfloat16_rn(x);
+}
+#endif  // __CUDACC__
 
 // std:: overloads keep float in float on the host; CUDA's device overloads
 // of sqrt/fabs do the same on the GPU.
@@ -163,6 +187,14 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
                       s.accumulator_relative_threshold * p + s.absolute_threshold;
   const C ratio = max_delta / Abs<C>(delta);
   return delta == C(0) ? C(1) : ratio;
+}
+
+// The same with the flag read at run time (the GPU kernels' form).
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
+                                            const ClippyStep<C>& s) {
+  return s.use_standard_accumulator_update ? ClippyRatioElement<true, T, C>(var, accum, g, s)
+                                           : ClippyRatioElement<false, T, C>(var, accum, g, s);
 }
 
 // Final scale from the reduced minimum ratio: min(1, ratio), NaN kept.

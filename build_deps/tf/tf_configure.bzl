@@ -36,6 +36,15 @@ cc_library(
     includes = ["include"],
 )
 
+# The CUDA headers TensorFlow was built with, shipped in the wheel. Only the
+# host .cc files of a CUDA build use them (Eigen::GpuDevice names cudaStream_t
+# under EIGEN_USE_GPU); the .cu.cc files see the local toolkit's headers only.
+cc_library(
+    name = "tf_cuda_headers",
+    hdrs = glob(["include/third_party/gpus/cuda/include/**"]),
+    includes = ["include/third_party/gpus/cuda/include"],
+)
+
 cc_library(
     name = "libtensorflow_framework",
     srcs = ["lib/{lib_name}"],

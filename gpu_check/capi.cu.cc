@@ -1,0 +1,188 @@
+// A C API over the launchers of gpu_launchers.h, for gpu_check.py (ctypes).
+// Built with plain nvcc together with the kernels of the .so (Makefile,
+// `make gpu-check`), so the GPU check needs no TensorFlow. Hyperparameters
+// arrive as the op receives them (float for every type but double) and are
+// turned into AdamStep/ClippyStep exactly as the OpKernels do.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "tf_opt_ops/gpu_launchers.h"
+#include "tf_opt_ops/optimizer_math.h"
+
+#define TFO_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using tf_opt_ops::AdamStep;
+using tf_opt_ops::ClippyStep;
+using tf_opt_ops::gpu::DType;
+using tf_opt_ops::gpu::IndexError;
+using tf_opt_ops::gpu::IndexType;
+using tf_opt_ops::gpu::SparseRows;
+
+cudaStream_t g_stream = nullptr;
+cudaEvent_t g_start = nullptr;
+cudaEvent_t g_stop = nullptr;
+
+template <typename C>
+AdamStep<double> LazyAdamStep(double lr, double beta1, double beta2, double epsilon,
+                              double beta1_power, double beta2_power) {
+  const AdamStep<C> s = tf_opt_ops::MakeAdamStep<C>(
+      static_cast<C>(lr), static_cast<C>(beta1), static_cast<C>(beta2), static_cast<C>(epsilon),
+      static_cast<C>(beta1_power), static_cast<C>(beta2_power));
+  return AdamStep<double>{s.lr_t, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+                          s.epsilon};
+}
+
+template <typename C>
+ClippyStep<double> MakeClippyStep(double lr, double epsilon, double vrt, double art, double at,
+                                  int clip_accumulator_update,
+                                  int use_standard_accumulator_update) {
+  return ClippyStep<double>{static_cast<C>(lr),  static_cast<C>(epsilon),
+                            static_cast<C>(vrt), static_cast<C>(art),
+                            static_cast<C>(at),  clip_accumulator_update != 0,
+                            use_standard_accumulator_update != 0};
+}
+
+}  // namespace
+
+TFO_API const char* tfo_error_string(int error) {
+  return tf_opt_ops::gpu::ErrorString(error);
+}
+
+// Number of CUDA devices; an error (e.g. no driver) is returned, not raised.
+TFO_API int tfo_device_count(int* count) {
+  *count = 0;
+  return static_cast<int>(cudaGetDeviceCount(count));
+}
+
+TFO_API int tfo_device_name(char* buf, int len) {
+  cudaDeviceProp prop;
+  const cudaError_t err = cudaGetDeviceProperties(&prop, 0);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  std::strncpy(buf, prop.name, len - 1);
+  buf[len - 1] = 0;
+  return 0;
+}
+
+TFO_API int tfo_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  return static_cast<int>(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+TFO_API int tfo_init() {
+  int err = static_cast<int>(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  if (err == 0) err = static_cast<int>(cudaEventCreate(&g_start));
+  if (err == 0) err = static_cast<int>(cudaEventCreate(&g_stop));
+  return err;
+}
+
+TFO_API int tfo_malloc(void** ptr, size_t bytes) {
+  return static_cast<int>(cudaMalloc(ptr, bytes > 0 ? bytes : 1));
+}
+TFO_API int tfo_free(void* ptr) { return static_cast<int>(cudaFree(ptr)); }
+TFO_API int tfo_memset(void* ptr, int value, size_t bytes) {
+  return static_cast<int>(cudaMemsetAsync(ptr, value, bytes, g_stream));
+}
+TFO_API int tfo_h2d(void* dst, const void* src, size_t bytes) {
+  int err = static_cast<int>(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_stream));
+  return err ? err : static_cast<int>(cudaStreamSynchronize(g_stream));
+}
+TFO_API int tfo_d2h(void* dst, const void* src, size_t bytes) {
+  int err = static_cast<int>(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_stream));
+  return err ? err : static_cast<int>(cudaStreamSynchronize(g_stream));
+}
+// Device-to-device copy on the check's stream: the bandwidth yardstick.
+TFO_API int tfo_d2d(void* dst, const void* src, size_t bytes) {
+  return static_cast<int>(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
+}
+TFO_API int tfo_sync() { return static_cast<int>(cudaStreamSynchronize(g_stream)); }
+
+// Timing with CUDA events on the check's stream.
+TFO_API int tfo_timer_start() { return static_cast<int>(cudaEventRecord(g_start, g_stream)); }
+TFO_API int tfo_timer_stop(float* ms) {
+  int err = static_cast<int>(cudaEventRecord(g_stop, g_stream));
+  if (err == 0) err = static_cast<int>(cudaEventSynchronize(g_stop));
+  if (err == 0) err = static_cast<int>(cudaEventElapsedTime(ms, g_start, g_stop));
+  return err;
+}
+
+TFO_API int tfo_sparse_scratch_bytes(int dtype, int index_type, int64_t num_indices,
+                                     int64_t num_rows, int64_t row_size, size_t* bytes) {
+  const SparseRows rows{nullptr, static_cast<IndexType>(index_type), num_indices, num_rows,
+                        row_size};
+  return tf_opt_ops::gpu::SparseScratchBytes(static_cast<DType>(dtype), rows, g_stream, bytes);
+}
+
+TFO_API size_t tfo_dense_scratch_bytes(int dtype) {
+  return tf_opt_ops::gpu::DenseScratchBytes(static_cast<DType>(dtype));
+}
+
+// Sparse lazy Adam; bad_position/bad_index as IndexError.
+TFO_API int tfo_sparse_lazy_adam(int dtype, int index_type, const void* indices,
+                                 int64_t num_indices, int64_t num_rows, int64_t row_size,
+                                 const void* grad, void* var, void* m, void* v, double lr,
+                                 double beta1, double beta2, double epsilon, double beta1_power,
+                                 double beta2_power, void* scratch, size_t scratch_bytes,
+                                 int64_t* bad_position, int64_t* bad_index) {
+  const DType t = static_cast<DType>(dtype);
+  const AdamStep<double> step =
+      t == DType::kDouble
+          ? LazyAdamStep<double>(lr, beta1, beta2, epsilon, beta1_power, beta2_power)
+          : LazyAdamStep<float>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
+  const SparseRows rows{indices, static_cast<IndexType>(index_type), num_indices, num_rows,
+                        row_size};
+  IndexError bad{-1, 0};
+  const int err = tf_opt_ops::gpu::SparseApplyLazyAdam(t, rows, grad, var, m, v, step, scratch,
+                                                       scratch_bytes, g_stream, &bad);
+  *bad_position = bad.position;
+  *bad_index = bad.index;
+  return err;
+}
+
+TFO_API int tfo_clippy_adagrad(int dtype, int64_t size, const void* grad, void* var, void* accum,
+                               double lr, double epsilon, double vrt, double art, double at,
+                               int clip_accumulator_update, int use_standard_accumulator_update,
+                               void* scale, void* scratch, size_t scratch_bytes) {
+  const DType t = static_cast<DType>(dtype);
+  const ClippyStep<double> step =
+      t == DType::kDouble ? MakeClippyStep<double>(lr, epsilon, vrt, art, at,
+                                                   clip_accumulator_update,
+                                                   use_standard_accumulator_update)
+                          : MakeClippyStep<float>(lr, epsilon, vrt, art, at,
+                                                  clip_accumulator_update,
+                                                  use_standard_accumulator_update);
+  return tf_opt_ops::gpu::ApplyClippyAdagrad(t, size, grad, var, accum, step, scale, scratch,
+                                             scratch_bytes, g_stream);
+}
+
+TFO_API int tfo_sparse_clippy_adagrad(int dtype, int index_type, const void* indices,
+                                      int64_t num_indices, int64_t num_rows, int64_t row_size,
+                                      const void* grad, void* var, void* accum, double lr,
+                                      double epsilon, double vrt, double art, double at,
+                                      int clip_accumulator_update,
+                                      int use_standard_accumulator_update, void* scale,
+                                      void* scratch, size_t scratch_bytes,
+                                      int64_t* bad_position, int64_t* bad_index) {
+  const DType t = static_cast<DType>(dtype);
+  const ClippyStep<double> step =
+      t == DType::kDouble ? MakeClippyStep<double>(lr, epsilon, vrt, art, at,
+                                                   clip_accumulator_update,
+                                                   use_standard_accumulator_update)
+                          : MakeClippyStep<float>(lr, epsilon, vrt, art, at,
+                                                  clip_accumulator_update,
+                                                  use_standard_accumulator_update);
+  const SparseRows rows{indices, static_cast<IndexType>(index_type), num_indices, num_rows,
+                        row_size};
+  IndexError bad{-1, 0};
+  const int err = tf_opt_ops::gpu::SparseApplyClippyAdagrad(
+      t, rows, grad, var, accum, step, scale, scratch, scratch_bytes, g_stream, &bad);
+  *bad_position = bad.position;
+  *bad_index = bad.index;
+  return err;
+}
+
+TFO_API int tfo_set_scale_to_one(int dtype, void* scale) {
+  return tf_opt_ops::gpu::SetScaleToOne(static_cast<DType>(dtype), scale, g_stream);
+}

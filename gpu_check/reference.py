@@ -1,0 +1,158 @@
+"""NumPy references of SPEC §2 for the GPU check (no TensorFlow needed).
+
+Each function mirrors the per-element math of tf_opt_ops/optimizer_math.h
+operation for operation, in the compute type (float32 for every storage type
+but float64), rounding only when storing, and sums duplicate gradient rows in
+input order, as the CPU and GPU kernels do. So for float32 and float64 the
+kernels are expected to match these bit for bit (the CUDA build uses
+--fmad=false), and for float16/bfloat16 to the storage type's rounding.
+
+bfloat16 is held as its uint16 bit pattern (NumPy has no bfloat16 type):
+`load`/`store` convert with round-to-nearest-even, like Eigen::bfloat16 and
+__float2bfloat16_rn.
+"""
+
+import numpy as np
+
+DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def compute_type(dtype):
+  return np.float64 if dtype == "float64" else np.float32
+
+
+def storage_type(dtype):
+  return {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32,
+          "float64": np.float64}[dtype]
+
+
+def bf16_to_f32(bits):
+  return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x):
+  x = np.asarray(x, np.float32)
+  b = x.view(np.uint32).astype(np.uint64)
+  rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+  return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).astype(np.uint16)
+
+
+def load(x, dtype):
+  """Stored values -> compute type."""
+  if dtype == "bfloat16":
+    return bf16_to_f32(x)
+  return np.asarray(x).astype(compute_type(dtype))
+
+
+def store(x, dtype):
+  """Compute type -> stored values (round to nearest even)."""
+  if dtype == "bfloat16":
+    return f32_to_bf16(x)
+  return np.asarray(x).astype(storage_type(dtype))
+
+
+def random_values(rng, shape, dtype, low=-1.0, high=1.0):
+  return store(rng.uniform(low, high, size=shape), dtype)
+
+
+def summed_rows(grad, indices, dtype):
+  """(rows, g): distinct rows in first-appearance order and their gradient rows
+  summed in input order, in the compute type."""
+  C = compute_type(dtype)
+  g_all = load(grad, dtype).reshape(len(indices), -1)
+  rows, first = np.unique(np.asarray(indices, np.int64), return_index=True)
+  order = np.argsort(first, kind="stable")
+  rows = rows[order]
+  position = {int(r): u for u, r in enumerate(rows)}
+  g = np.zeros((len(rows), g_all.shape[1]), C)
+  seen = np.zeros(len(rows), bool)
+  for p, r in enumerate(np.asarray(indices, np.int64)):
+    u = position[int(r)]
+    if seen[u]:
+      g[u] = g[u] + g_all[p]
+    else:
+      g[u] = g_all[p]
+      seen[u] = True
+  return rows, g
+
+
+def adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power):
+  """MakeAdamStep in the compute type: lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t)."""
+  C = compute_type(dtype)
+  one = C(1)
+  lr_t = C(lr) * np.sqrt(one - C(beta2_power)) / (one - C(beta1_power))
+  return dict(lr_t=C(lr_t), beta1=C(beta1), one_minus_beta1=one - C(beta1), beta2=C(beta2),
+              one_minus_beta2=one - C(beta2), epsilon=C(epsilon))
+
+
+def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon,
+                     beta1_power, beta2_power):
+  """New (var, m, v): lazy Adam on the distinct rows of `indices` only."""
+  var, m, v = var.copy(), m.copy(), v.copy()
+  dim = var.size // var.shape[0] if var.shape[0] else 0
+  var2, m2, v2 = var.reshape(-1, dim), m.reshape(-1, dim), v.reshape(-1, dim)
+  s = adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power)
+  rows, g = summed_rows(grad, indices, dtype)
+  m_t = s["beta1"] * load(m2[rows], dtype) + s["one_minus_beta1"] * g
+  v_t = s["beta2"] * load(v2[rows], dtype) + s["one_minus_beta2"] * g * g
+  m2[rows] = store(m_t, dtype)
+  v2[rows] = store(v_t, dtype)
+  var2[rows] = store(load(var2[rows], dtype) - s["lr_t"] * m_t / (np.sqrt(v_t) + s["epsilon"]),
+                     dtype)
+  return var, m, v
+
+
+def _nan_min(values, start):
+  """NanMin fold: NaN as soon as one value is NaN, else min(start, values)."""
+  values = np.asarray(values)
+  if np.isnan(start) or np.isnan(values).any():
+    return type(start)(np.nan)
+  return type(start)(min(start, values.min())) if values.size else start
+
+
+def _clippy(var_c, accum_s, g, dtype, *, lr, epsilon, variable_relative_threshold,
+            accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
+            use_standard_accumulator_update):
+  """Clippy's two passes on gathered elements. Returns (new var, new accum stored, scale)."""
+  C = compute_type(dtype)
+  lr, epsilon = C(lr), C(epsilon)
+  vrt, art, at = (C(variable_relative_threshold), C(accumulator_relative_threshold),
+                  C(absolute_threshold))
+  one = C(1)
+  with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    a = load(accum_s, dtype)
+    if use_standard_accumulator_update:
+      accum_s = store(a + g * g, dtype)
+      a = load(accum_s, dtype)
+    p = one / np.sqrt(a + epsilon)
+    delta = lr * g * p
+    max_delta = vrt * np.abs(var_c) + art * p + at
+    ratio = np.where(delta == 0, one, max_delta / np.abs(delta)).astype(C)
+    scale = _nan_min([_nan_min(ratio, one)], one)  # ClippyScale(min ratio)
+    a = load(accum_s, dtype)
+    p = one / np.sqrt(a + epsilon)
+    delta = lr * g * p
+    if not use_standard_accumulator_update:
+      g_acc = g * scale if clip_accumulator_update else g
+      accum_s = store(a + g_acc * g_acc, dtype)
+    new_var = var_c - delta * scale
+  return new_var, accum_s, scale
+
+
+def clippy_adagrad(var, accum, grad, dtype, **hyper):
+  """Dense Clippy Adagrad: (new var, new accum, scale)."""
+  new_var, new_accum, scale = _clippy(load(var, dtype).ravel(), accum.ravel(),
+                                      load(grad, dtype).ravel(), dtype, **hyper)
+  return (store(new_var, dtype).reshape(var.shape), new_accum.reshape(accum.shape), scale)
+
+
+def sparse_clippy_adagrad(var, accum, grad, indices, dtype, **hyper):
+  """Sparse Clippy Adagrad on the distinct rows of `indices`: (var, accum, scale)."""
+  var, accum = var.copy(), accum.copy()
+  dim = var.size // var.shape[0] if var.shape[0] else 0
+  var2, accum2 = var.reshape(-1, dim), accum.reshape(-1, dim)
+  rows, g = summed_rows(grad, indices, dtype)
+  new_var, new_accum, scale = _clippy(load(var2[rows], dtype), accum2[rows], g, dtype, **hyper)
+  var2[rows] = store(new_var, dtype)
+  accum2[rows] = new_accum
+  return var, accum, scale

@@ -1,0 +1,245 @@
+"""Checks of a CUDA-enabled _tf_opt_ops.so that need no GPU.
+
+- GPU kernels are registered for every op x T x Tindices the CPU registers,
+  with the scalar hyperparameters in host memory;
+- the .so carries its CUDA runtime hidden inside: no undefined CUDA symbol,
+  nothing CUDA exported, NEEDED only libtensorflow_framework.so.2 and the C/C++
+  runtime, and every TensorFlow symbol it imports is defined by
+  libtensorflow_framework.so.2 (none from libtensorflow_cc.so.2, which
+  tensorflow-cpu does not export to custom ops);
+- with it loaded, the CPU kernels still compute what gpu_check/reference.py
+  (the NumPy references the GPU check holds the CUDA kernels to) computes, so
+  the references are themselves checked against the CPU kernels here.
+
+The first two groups skip on a CPU-only build (_build_info.CUDA_VERSION is
+None) unless TF_OPT_OPS_EXPECT_CUDA=1, which makes them fail instead.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+import tf_opt_ops
+from tf_opt_ops import _build_info
+from tf_opt_ops import _loader
+from tf_opt_ops import ops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "gpu_check"))
+import reference  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+CUDA_VERSION = getattr(_build_info, "CUDA_VERSION", None)
+EXPECT_CUDA = os.environ.get("TF_OPT_OPS_EXPECT_CUDA") == "1"
+
+needs_cuda_build = pytest.mark.skipif(
+    CUDA_VERSION is None and not EXPECT_CUDA,
+    reason="CPU-only build of _tf_opt_ops.so (./configure.sh found no nvcc, or TF_NEED_CUDA=0)")
+
+TYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+INDEX_TYPES = (tf.int32, tf.int64)
+# op -> (scalar inputs, has Tindices)
+OPS = {
+    "TfOptOps>ResourceSparseApplyLazyAdam":
+        (("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"), True),
+    "TfOptOps>ResourceApplyClippyAdagrad":
+        (("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
+          "absolute_threshold"), False),
+    "TfOptOps>ResourceSparseApplyClippyAdagrad":
+        (("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
+          "absolute_threshold"), True),
+}
+
+
+def _registered(op, device):
+  """{(T, Tindices or None): KernelDef} of `op` on `device`."""
+  ops.load_library()
+  found = {}
+  for k in kernels.get_registered_kernels_for_op(op).kernel:
+    if k.device_type != device:
+      continue
+    attrs = {c.name: [tf.as_dtype(t) for t in c.allowed_values.list.type] for c in k.constraint}
+    for t in attrs["T"]:
+      for i in attrs.get("Tindices", [None]):
+        found[(t, i)] = k
+  return found
+
+
+@needs_cuda_build
+def test_build_info_records_cuda():
+  assert CUDA_VERSION is not None, "_build_info.CUDA_VERSION is None: not a CUDA build"
+  assert list(_build_info.CUDA_ARCHS), "no GPU architectures recorded"
+
+
+@needs_cuda_build
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_gpu_kernels_registered_for_every_type(op):
+  scalars, sparse = OPS[op]
+  cpu, gpu = _registered(op, "CPU"), _registered(op, "GPU")
+  want = {(t, i) for t in TYPES for i in (INDEX_TYPES if sparse else (None,))}
+  assert set(cpu) == want
+  missing = sorted(str(k) for k in want - set(gpu))
+  assert not missing, f"{op}: no GPU kernel for {missing}"
+  for key in want:
+    # Hyperparameters are read on the host; everything else stays on the GPU.
+    assert sorted(gpu[key].host_memory_arg) == sorted(scalars), (op, key)
+
+
+def _tool(name):
+  path = shutil.which(name)
+  if path is None:
+    pytest.skip(f"{name} (binutils) not installed")
+  return path
+
+
+def _dynamic_symbols(path, flag, strong_only=False):
+  out = subprocess.run([_tool("nm"), "-D", flag, path], check=True, capture_output=True,
+                       text=True).stdout
+  symbols = set()
+  for line in out.splitlines():
+    fields = line.split()
+    if fields and not (strong_only and fields[-2] in ("w", "v")):  # weak: crt hooks
+      symbols.add(fields[-1])
+  return symbols
+
+
+@needs_cuda_build
+def test_so_needs_only_tensorflow_framework_and_libc():
+  out = subprocess.run([_tool("readelf"), "-d", _loader.LIBRARY_PATH], check=True,
+                       capture_output=True, text=True).stdout
+  needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out))
+  allowed = {"libtensorflow_framework.so.2", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1",
+             "libc.so.6", "ld-linux-x86-64.so.2", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+  assert needed <= allowed, f"unexpected NEEDED: {sorted(needed - allowed)}"
+  assert "libtensorflow_framework.so.2" in needed
+  assert not any("cuda" in n or "cudart" in n for n in needed)
+
+
+@needs_cuda_build
+def test_cuda_runtime_is_static_and_hidden():
+  undefined = _dynamic_symbols(_loader.LIBRARY_PATH, "--undefined-only")
+  exported = _dynamic_symbols(_loader.LIBRARY_PATH, "--defined-only")
+  cuda = re.compile(r"^(__)?cu(da)?[A-Z_]")
+  assert not sorted(s for s in undefined if cuda.match(s)), "CUDA symbols left undefined"
+  assert not sorted(s for s in exported if cuda.match(s)), "CUDA symbols exported"
+  # The fat binaries were linked in: the runtime registers them at load time.
+  local = subprocess.run([_tool("nm"), _loader.LIBRARY_PATH], check=True, capture_output=True,
+                         text=True).stdout
+  assert "__cudaRegisterFatBinary" in local
+
+
+@needs_cuda_build
+def test_tensorflow_symbols_come_from_the_framework_only():
+  undefined = {s for s in _dynamic_symbols(_loader.LIBRARY_PATH, "--undefined-only",
+                                           strong_only=True)
+               if "@" not in s}  # versioned: glibc, libstdc++, libgcc
+  framework = os.path.join(tf.sysconfig.get_lib(), "libtensorflow_framework.so.2")
+  provided = {s.split("@")[0] for s in _dynamic_symbols(framework, "--defined-only")}
+  missing = sorted(undefined - provided)
+  assert not missing, f"imports not exported by libtensorflow_framework.so.2: {missing[:10]}"
+
+
+# ------------------------------------------- CPU kernels vs the GPU references
+# With the CUDA build loaded (or a CPU-only one), the CPU kernels match the
+# NumPy references gpu_check.py uses on the GPU: this keeps those honest.
+
+TOL = {"float32": 0, "float64": 0, "float16": 1e-3, "bfloat16": 1e-2}
+
+
+def _tf_dtype(dtype):
+  return tf.as_dtype(dtype)
+
+
+def _to_tf(x, dtype):
+  if dtype == "bfloat16":
+    return tf.constant(reference.load(x, dtype), tf.float32)  # exact: bf16 -> f32 -> bf16
+  return tf.constant(x)
+
+
+def _variable(x, dtype):
+  return tf.Variable(tf.cast(_to_tf(x, dtype), _tf_dtype(dtype)))
+
+
+def _stored(t, dtype):
+  """A tf tensor of `dtype` -> the reference's storage representation."""
+  values = tf.cast(t, tf.float64 if dtype == "float64" else tf.float32).numpy()
+  return reference.store(values, dtype)
+
+
+def _assert_close(got, want, dtype, what):
+  got64 = reference.load(got, dtype).astype(np.float64)
+  want64 = reference.load(want, dtype).astype(np.float64)
+  tol = TOL[dtype]
+  np.testing.assert_allclose(got64, want64, rtol=tol, atol=tol, err_msg=f"{what} ({dtype})")
+
+
+def _case(dtype, rows=20, dim=7, n=30, seed=0):
+  rng = np.random.default_rng(seed)
+  indices = rng.integers(0, rows, size=n)
+  indices[:3] = indices[5]  # duplicates for sure
+  return (rng, indices,
+          reference.random_values(rng, (rows, dim), dtype),
+          reference.random_values(rng, (n, dim), dtype))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", reference.DTYPES)
+def test_cpu_lazy_adam_matches_gpu_reference(dtype, index_dtype):
+  rng, indices, var0, grad = _case(dtype)
+  m0 = reference.random_values(rng, var0.shape, dtype)
+  v0 = reference.store(rng.uniform(0, 1, var0.shape), dtype)
+  hyper = dict(lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7, beta1_power=0.9**3,
+               beta2_power=0.999**3)
+  var, m, v = (_variable(x, dtype) for x in (var0, m0, v0))
+  g = tf.cast(_to_tf(grad, dtype), _tf_dtype(dtype))
+  ops.sparse_lazy_adam(var, m, v, g, tf.constant(indices.astype(index_dtype)),
+                       beta_1_power=hyper["beta1_power"], beta_2_power=hyper["beta2_power"],
+                       lr=hyper["lr"], beta_1=hyper["beta1"], beta_2=hyper["beta2"],
+                       epsilon=hyper["epsilon"])
+  want = reference.sparse_lazy_adam(var0, m0, v0, grad, indices, dtype, **hyper)
+  for name, got, w in zip(("var", "m", "v"), (var, m, v), want):
+    _assert_close(_stored(got, dtype), w, dtype, name)
+
+
+CLIPPY = dict(lr=0.5, epsilon=1e-7, variable_relative_threshold=0.1,
+              accumulator_relative_threshold=0.01, absolute_threshold=1e-3)
+
+
+@pytest.mark.parametrize("flags", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("dtype", reference.DTYPES)
+def test_cpu_clippy_matches_gpu_reference(dtype, sparse, flags):
+  clip, standard = flags
+  rng, indices, var0, grad = _case(dtype, seed=1)
+  accum0 = reference.store(rng.uniform(0.1, 1, var0.shape), dtype)
+  if not sparse:
+    grad = reference.random_values(rng, var0.shape, dtype)
+  hyper = dict(CLIPPY, clip_accumulator_update=clip, use_standard_accumulator_update=standard)
+  var, accum = _variable(var0, dtype), _variable(accum0, dtype)
+  g = tf.cast(_to_tf(grad, dtype), _tf_dtype(dtype))
+  if sparse:
+    scale = ops.sparse_clippy_adagrad(var, accum, g, tf.constant(indices), **hyper)
+    want = reference.sparse_clippy_adagrad(var0, accum0, grad, indices, dtype, **hyper)
+  else:
+    scale = ops.clippy_adagrad(var, accum, g, **hyper)
+    want = reference.clippy_adagrad(var0, accum0, grad, dtype, **hyper)
+  assert 0 < float(want[2]) < 1, "the case should clip"
+  np.testing.assert_allclose(float(scale), float(want[2]), rtol=1e-6 if dtype != "float64" else 0)
+  _assert_close(_stored(var, dtype), want[0], dtype, "var")
+  _assert_close(_stored(accum, dtype), want[1], dtype, "accum")
+
+
+def test_cpu_bad_index_still_rejected_with_cuda_build_loaded():
+  var = tf.Variable(tf.ones([4, 3]))
+  m, v = tf.Variable(tf.zeros([4, 3])), tf.Variable(tf.zeros([4, 3]))
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 4 is not in \[0, 4\)"):
+    ops.sparse_lazy_adam(var, m, v, tf.ones([2, 3]), tf.constant([0, 4]), beta_1_power=0.9,
+                         beta_2_power=0.999)
+  np.testing.assert_array_equal(var.numpy(), np.ones([4, 3], np.float32))
+  assert tf_opt_ops.ops is ops
