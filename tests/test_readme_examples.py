@@ -1,8 +1,8 @@
 """The README's optimizer sections run: every fenced python block, and every name they cite.
 
-Each block of "## Optimizers on every Keras API" and "## Migrating: one import"
-is self-contained; it is executed here, in a fresh namespace, so the docs
-cannot rot.
+Each block of the sections in SECTIONS (optimizers, migration, routers,
+distribution and SavedModel) is self-contained; it is executed here, in a fresh
+namespace, so the docs cannot rot.
 """
 
 import importlib
@@ -15,7 +15,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
-SECTIONS = ["## Optimizers on every Keras API", "## Migrating: one import"]
+SECTIONS = ["## Optimizers on every Keras API", "## Migrating: one import",
+            "## Routing optimizers to variables", "## Distributed training and SavedModel"]
 
 
 def section(title):
