@@ -84,14 +84,107 @@ def test_checkpoint_round_trip_with_legacy_adam(tmp_path, direction):
                                    build=None)
 
 
-def test_clipping_factor_slots():
+def test_clipping_factors_exported():
   opt, var, ref = refs.check_against_numpy(
       flavor, "ClippyAdagrad", options=dict(export_clipping_factors=True, learning_rate=0.5))
   assert ref.scale < 1.0
-  np.testing.assert_allclose(float(opt.get_slot(var, "clipping_factor").numpy()), ref.scale,
-                             rtol=1e-5)
   assert len(opt.clipping_factors) == 1
-  assert sorted(opt.get_slot_names()) == ["accumulator", "clipping_factor"]
+  factor = opt.clipping_factors[0]
+  np.testing.assert_allclose(float(factor.numpy()), ref.scale, rtol=1e-5)
+  assert factor.shape == () and factor.dtype == var.dtype
+  # Scalar weights, not slots (a SavedModel's RestoredOptimizer gives every slot
+  # its variable's shape), listed after their variable's accumulator.
+  assert opt.get_slot_names() == ["accumulator"]
+  assert [v.ref() for v in opt.variables()] == [
+      opt.iterations.ref(), opt.get_slot(var, "accumulator").ref(), factor.ref()]
+
+
+def _two_tables():
+  # Eager variables need not have unique names: both are "Variable".
+  rng = np.random.default_rng(7)
+  return [tf.Variable(rng.normal(size=shape).astype(np.float32)) for shape in [(6, 3), (4,)]]
+
+
+def _clippy_state(opt, variables):
+  """Iterations, then each variable's accumulator and clipping factor, as NumPy arrays.
+
+  By role, not `opt.variables()` order: a restore into existing model variables
+  creates their slots at once, before the iteration counter.
+  """
+  state = [opt.iterations]
+  for var, factor in zip(variables, opt.clipping_factors, strict=True):
+    state += [opt.get_slot(var, "accumulator"), factor]
+  return [v.numpy() for v in state]
+
+
+def _clippy_steps(opt, variables, steps, seed):
+  rng = np.random.default_rng(seed)
+  for _ in range(steps):
+    grads = [tf.IndexedSlices(tf.constant(rng.normal(size=(3, 3)).astype(np.float32)),
+                              tf.constant([0, 2, 0]), tf.constant([6, 3])),
+             tf.constant(rng.normal(size=(4,)).astype(np.float32))]
+    opt.apply_gradients(zip(grads, variables))
+
+
+def test_clipping_factors_per_variable_with_equal_names():
+  variables = _two_tables()
+  assert variables[0].name == variables[1].name
+  opt = flavor.ClippyAdagrad(learning_rate=0.5, export_clipping_factors=True)
+  _clippy_steps(opt, variables, 2, seed=1)
+  assert len(opt.clipping_factors) == 2
+  assert len({f.name for f in opt.clipping_factors}) == 2
+  for factor in opt.clipping_factors:
+    assert factor.shape == ()
+    assert 0.0 < float(factor.numpy()) <= 1.0
+  assert float(opt.clipping_factors[0].numpy()) != float(opt.clipping_factors[1].numpy())
+  # The same variables again, and in the other order: no new factors.
+  opt.apply_gradients(zip([tf.zeros((4,)), tf.zeros((6, 3))], variables[::-1]))
+  assert len(opt.clipping_factors) == 2 and len(opt.variables()) == 5
+
+
+@pytest.mark.parametrize("deferred", [True, False])
+def test_clipping_factors_checkpoint_round_trip(tmp_path, deferred):
+  src_vars = _two_tables()
+  src = flavor.ClippyAdagrad(learning_rate=0.5, export_clipping_factors=True)
+  _clippy_steps(src, src_vars, 3, seed=1)
+  saved = [float(f.numpy()) for f in src.clipping_factors]
+  path = tf.train.Checkpoint(v=src_vars, optimizer=src).write(str(tmp_path / "ckpt"))
+  dst_vars = [tf.Variable(tf.zeros_like(v)) for v in src_vars]
+  dst = flavor.ClippyAdagrad(learning_rate=0.5, export_clipping_factors=True)
+  if not deferred:  # state first, then the restore; else the restore waits for the state
+    dst._create_all_weights(dst_vars)  # pylint: disable=protected-access
+  status = tf.train.Checkpoint(v=dst_vars, optimizer=dst).read(path)
+  if deferred:
+    assert dst.clipping_factors == []
+    dst._create_all_weights(dst_vars)  # pylint: disable=protected-access
+  status.assert_consumed()
+  assert [float(f.numpy()) for f in dst.clipping_factors] == saved
+  for a, b in zip(_clippy_state(src, src_vars), _clippy_state(dst, dst_vars), strict=True):
+    np.testing.assert_array_equal(a, b)
+  _clippy_steps(src, src_vars, 2, seed=2)
+  _clippy_steps(dst, dst_vars, 2, seed=2)
+  for a, b in zip(_clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
+                  _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  assert int(dst.iterations.numpy()) == 5
+
+
+def test_clipping_factors_checkpoint_restore_before_first_step(tmp_path):
+  # The usual deferred restore: the first apply_gradients creates and restores the state.
+  src_vars = _two_tables()
+  src = flavor.ClippyAdagrad(learning_rate=0.5, export_clipping_factors=True)
+  _clippy_steps(src, src_vars, 3, seed=1)
+  path = tf.train.Checkpoint(v=src_vars, optimizer=src).write(str(tmp_path / "ckpt"))
+  dst_vars = [tf.Variable(tf.zeros_like(v)) for v in src_vars]
+  dst = flavor.ClippyAdagrad(learning_rate=0.5, export_clipping_factors=True)
+  status = tf.train.Checkpoint(v=dst_vars, optimizer=dst).read(path)
+  _clippy_steps(src, src_vars, 2, seed=2)
+  _clippy_steps(dst, dst_vars, 2, seed=2)
+  status.assert_consumed()
+  assert len(dst.variables()) == 5
+  for a, b in zip(_clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
+                  _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])

@@ -68,12 +68,8 @@ def make_trainer(flavor, opt_name):
   ])
   if opt_name == "LazyAdam":
     optimizer = module.LazyAdam(learning_rate=0.05)
-  else:  # clipping active, and the factors exported (saved, restored) too...
-    # ...except in the legacy flavor: its scalar `clipping_factor` slots cannot be
-    # revived from a SavedModel (tf_keras' RestoredOptimizer.add_slot gives every
-    # slot its variable's shape; reported, not fixed here).
-    optimizer = module.ClippyAdagrad(learning_rate=0.3,
-                                     export_clipping_factors=flavor != "legacy")
+  else:  # clipping active, and the factors exported (saved, restored) too
+    optimizer = module.ClippyAdagrad(learning_rate=0.3, export_clipping_factors=True)
 
   class Trainer(tf.Module):
 
@@ -227,10 +223,9 @@ def test_loaded_training_step_continues_with_the_same_numbers(runs, flavor, opt_
   n_opt = sum(k.startswith("opt_") for k in here["after"])
   assert n_model == 3  # embeddings, dense kernel, dense bias
   # The iteration counter (and Keras 3's learning_rate), then per model variable
-  # m and v, or the accumulator (and the clipping factor).
+  # m and v, or the accumulator and the clipping factor.
   own = 2 if flavor == "keras" else 1
-  per_variable = 1 if (flavor, opt_name) == ("legacy", "ClippyAdagrad") else 2
-  assert n_opt == len(optimizer_variables(here["optimizer"])) == own + per_variable * n_model
+  assert n_opt == len(optimizer_variables(here["optimizer"])) == own + 2 * n_model
   for key, value in here["saved"].items():
     np.testing.assert_array_equal(np.asarray(there["before"][key], value.dtype), value,
                                   err_msg=f"{key} as loaded")
@@ -249,9 +244,22 @@ def test_loaded_training_step_continues_with_the_same_numbers(runs, flavor, opt_
   assert table_after.shape == (ROWS, DIM)
   assert np.abs(table_after[:USED] - table_saved[:USED]).max() > 1e-4
   np.testing.assert_array_equal(table_after[USED:], table_saved[USED:])
-  if opt_name == "ClippyAdagrad" and flavor != "legacy":
-    factors = [float(f.numpy()) for f in here["optimizer"].clipping_factors]
+  if opt_name == "ClippyAdagrad":
+    optimizer = here["optimizer"]
+    factors = [float(f.numpy()) for f in optimizer.clipping_factors]
     assert len(factors) == 3 and min(factors) < 1.0  # clipping was active
+    # The factors are among the state compared above: they came back as saved and
+    # went on updating identically (and did change in the further steps).
+    ids = [id(f) for f in optimizer.clipping_factors]
+    keys = [f"opt_{i}" for i, v in enumerate(optimizer_variables(optimizer)) if id(v) in ids]
+    assert len(keys) == 3
+    for key in keys:
+      assert here["saved"][key].shape == ()
+      assert float(there["before"][key]) == float(here["saved"][key]), key
+      np.testing.assert_allclose(float(there["after"][key]), float(here["after"][key]),
+                                 rtol=0, atol=1e-6, err_msg=key)
+    assert [float(here["after"][k]) for k in keys] == factors
+    assert any(float(here["after"][k]) != float(here["saved"][k]) for k in keys)
 
 
 def test_inference_export_serves_without_the_library(runs):

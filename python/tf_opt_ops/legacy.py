@@ -5,12 +5,16 @@ TensorFlow Addons' and Merlin's `LazyAdam` are under TensorFlow >= 2.11: a
 legacy `Adam` with slots `m` and `v` (all `m` slots, then all `v` slots), so
 checkpoints move both ways with `tf_keras.optimizers.legacy.Adam` and
 `Addons>LazyAdam` / `merlin.models>LazyAdam` model files load.
-`ClippyAdagrad` keeps slots `accumulator` (and `clipping_factor`, a scalar,
-with `export_clipping_factors=True`).
+`ClippyAdagrad` keeps slots `accumulator`; with `export_clipping_factors=True`
+each model variable also gets a scalar clipping factor, kept as a non-slot
+optimizer weight (`add_weight`) named after the variable: a scalar *slot* could
+not be revived from a SavedModel (tf_keras' `RestoredOptimizer.add_slot` gives
+every slot its variable's shape).
 """
 
 import tensorflow as tf
 import tf_keras
+from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
 
 from tf_opt_ops import _core
 from tf_opt_ops import ops
@@ -76,6 +80,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     super().__init__(name, **kwargs)
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)
+    self._clipping_factors = {}  # _var_key(model variable) -> its clipping factor
+    self._clipping_factor_names = set()
 
   def _create_slots(self, var_list):
     for var in var_list:
@@ -84,17 +90,62 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
                     tf.compat.v1.constant_initializer(self.initial_accumulator_value,
                                                               dtype=dtype))
       if self.export_clipping_factors:
-        self.add_slot(var, "clipping_factor", shape=())
+        self._add_clipping_factor(var)
+
+  def _add_clipping_factor(self, var):
+    """A scalar zeros weight of `var`'s dtype, keyed like `var`'s slots.
+
+    Not a slot: tf_keras' `RestoredOptimizer` (what `tf.saved_model.load`
+    revives) gives every slot its variable's shape. As a named optimizer
+    weight it is a plain dependency of the optimizer in checkpoints and
+    SavedModels (restored when created, like slots), and it is listed in
+    `variables()` right after the variable's accumulator.
+    """
+    key = _var_key(var)
+    if key in self._clipping_factors:
+      return self._clipping_factors[key]
+    # The variable's name, made unique among this optimizer's factors (eager
+    # variables need not have unique names); stable for the same variables in
+    # the same order. The suffix keeps it apart from `iter` and hyperparameters.
+    base = str(getattr(var, "_shared_name", None) or var.name.split(":")[0]).replace("/", "_")
+    name, n = f"{base}_clipping_factor", 0
+    while name in self._clipping_factor_names:
+      n += 1
+      name = f"{base}_{n}_clipping_factor"
+    # As `add_slot`: the variable's true dtype under mixed precision, created in
+    # the optimizer's strategy scope and colocated with the variable.
+    dtype = var.true_dtype if hasattr(var, "true_dtype") else var.dtype
+    with self._distribution_strategy_scope():
+      strategy = tf.distribute.get_strategy()
+      if not strategy.extended.variable_created_in_scope(var):
+        raise ValueError(
+            f"Trying to create the clipping factor of {var.name} under the scope for "
+            f"tf.distribute.Strategy ({strategy}), which is different from the scope used "
+            "for the variable. Create it under the same strategy scope.")
+      with strategy.extended.colocate_vars_with(var):
+        factor = self.add_weight(name, shape=(), dtype=tf.as_dtype(dtype).base_dtype,
+                                 initializer="zeros", trainable=False)
+    self._clipping_factors[key] = factor
+    self._clipping_factor_names.add(name)
+    self._weights.append(factor)
+    return factor
+
+  def _get_clipping_factor(self, var):
+    # As `get_slot`: looked up by `_var_key`, which maps a replica's component
+    # (what `_apply` gets inside `strategy.extended.update`) to its distributed
+    # variable. The factor is that strategy's distributed variable too, whose
+    # `.handle` in the update context is this replica's component.
+    return self._clipping_factors[_var_key(var)]
 
   @property
   def clipping_factors(self):
-    """The last clipping scale of each variable (slot `clipping_factor`), in slot order."""
+    """The last clipping scale of each variable (scalar weights), in variable order."""
     if not self.export_clipping_factors:
       return []
-    return [s for s in self.variables() if s.name.endswith("clipping_factor:0")]
+    return list(self._clipping_factors.values())
 
   def _apply(self, grad, var, indices=None):
-    factor = self.get_slot(var, "clipping_factor") if self.export_clipping_factors else None
+    factor = self._get_clipping_factor(var) if self.export_clipping_factors else None
     return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor,
                               self._lr(var), use_locking=self._use_locking, indices=indices)
 
