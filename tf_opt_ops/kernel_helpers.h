@@ -45,6 +45,7 @@ struct DenseUpdate<Eigen::GpuDevice, T, ASSIGN> {
 #include "tensorflow/core/kernels/training_op_helpers.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tf_opt_ops/huge_pages.h"
 #include "tf_opt_ops/optimizer_math.h"
 #include "tf_opt_ops/row_groups.h"
 #if GOOGLE_CUDA

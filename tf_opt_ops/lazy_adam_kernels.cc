@@ -26,6 +26,7 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
     T* var_data = var->flat<T>().data();
     T* m_data = m->flat<T>().data();
     T* v_data = v->flat<T>().data();
+    for (const Tensor* t : {var, m, v}) AdviseHugePages(t->tensor_data().data(), t->TotalBytes());
     const int64_t* rows = groups.rows();
     // Per row: read var, m, v, g; write var, m, v; ~20 cycles per element.
     const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
