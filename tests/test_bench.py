@@ -34,3 +34,29 @@ def test_report_renders_every_case():
   table = bench.render(report)
   # 40 MB in 1 ms is 40 GB/s: 100% of the 40 GB/s limit; composite is 6x slower.
   assert "| 1,000×8, B=10 | 1 (0.9–1.2) | 6 (5–7) | — | 6.0× | — | 100% | 10 / 30 |" in table
+
+
+def _update_graph_op_types(optimizer, variables, grads):
+  optimizer.build(variables)
+
+  @tf.function
+  def step():
+    optimizer.apply_gradients(zip(grads, variables))
+
+  return [op.type for op in step.get_concrete_function().graph.get_operations()]
+
+
+def test_one_fused_op_per_variable_in_the_traced_update():
+  import keras  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import keras as flavor  # pylint: disable=g-import-not-at-top
+  tables = [keras.Variable(np.zeros((100, 4), np.float32)) for _ in range(3)]
+  grads = [tf.IndexedSlices(tf.ones((5, 4)), tf.constant([1, 2, 2, 7, 9]), tf.constant([100, 4]))
+           for _ in tables]
+  for optimizer, op_type in ((flavor.LazyAdam(), "TfOptOps>ResourceSparseApplyLazyAdam"),
+                             (flavor.ClippyAdagrad(), "TfOptOps>ResourceSparseApplyClippyAdagrad")):
+    types = _update_graph_op_types(optimizer, tables, grads)
+    assert types.count(op_type) == len(tables)
+    # No composite path behind it: no gathers, scatters, dedup or dense passes over a table.
+    assert not [t for t in types if t.startswith(("ResourceGather", "ResourceScatter", "Unique",
+                                                  "UnsortedSegment", "ResourceApply"))], types
+    assert types.count("AssignAddVariableOp") == 1  # the iteration increment

@@ -21,16 +21,6 @@
 
 #define TF_OPT_OPS_RESTRICT __restrict__
 
-// An explicit SIMD min-reduction for the host compiler (built with
-// -fopenmp-simd: the pragma only, no OpenMP runtime). Without it GCC will not
-// vectorize a floating-point min without fast-math; the NaN flag is reduced
-// separately, so the unspecified NaN handling of a SIMD min does not matter.
-#define TF_OPT_OPS_PRAGMA(x) _Pragma(#x)
-#if defined(__CUDA_ARCH__)
-#define TF_OPT_OPS_SIMD_MIN_NAN(m, nan)
-#else
-#define TF_OPT_OPS_SIMD_MIN_NAN(m, nan) TF_OPT_OPS_PRAGMA(omp simd reduction(min : m) reduction(| : nan))
-#endif
 
 namespace tf_opt_ops {
 
@@ -217,31 +207,54 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, T* accum, C g, C scale,
   *var = Store<T>(Load<C>(*var) - delta * scale);
 }
 
-// Pass 1 over `n` contiguous elements: NanMin(min_ratio, every ratio). The
-// plain min plus a separate NaN flag is what lets the compiler vectorize it.
+// Pass 1 over `n` contiguous elements: NanMin(min_ratio, every ratio).
+// Written as kLanes independent minima, so the compiler vectorizes it as a
+// plain element-wise loop (GCC will not vectorize a floating-point min
+// reduction without fast-math); the NaN flag is kept apart, as NaN must win.
+template <bool kStandardUpdate, typename T, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
+                                            T* TF_OPT_OPS_RESTRICT accum,
+                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                            const ClippyStep<C>& step, C min_ratio) {
+  constexpr int kLanes = 8;
+  const ClippyStep<C> s = step;  // a local copy: no aliasing with the stores
+  C lane_min[kLanes];
+  C lane_nan[kLanes];  // 1 once a lane saw NaN; a float select vectorizes, an int flag did not
+  for (int l = 0; l < kLanes; ++l) {
+    lane_min[l] = min_ratio;
+    lane_nan[l] = C(0);
+  }
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      const C r = ClippyRatioElement<kStandardUpdate, T, C>(var + j + l, accum + j + l,
+                                                            Load<C>(g[j + l]), s);
+      lane_min[l] = r < lane_min[l] ? r : lane_min[l];
+      lane_nan[l] = r == r ? lane_nan[l] : C(1);
+    }
+  }
+  for (; j < n; ++j) {
+    const C r = ClippyRatioElement<kStandardUpdate, T, C>(var + j, accum + j, Load<C>(g[j]), s);
+    lane_min[0] = r < lane_min[0] ? r : lane_min[0];
+    lane_nan[0] = r == r ? lane_nan[0] : C(1);
+  }
+  C m = lane_min[0];
+  bool nan = min_ratio != min_ratio;
+  for (int l = 0; l < kLanes; ++l) {
+    m = lane_min[l] < m ? lane_min[l] : m;
+    nan = nan || lane_nan[l] != C(0);
+  }
+  return nan ? C(NAN) : m;
+}
+
 template <typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
                                         T* TF_OPT_OPS_RESTRICT accum,
                                         const G* TF_OPT_OPS_RESTRICT g, int64_t n,
                                         const ClippyStep<C>& s, C min_ratio) {
-  C m = min_ratio;
-  int nan = 0;
-  if (s.use_standard_accumulator_update) {
-    TF_OPT_OPS_SIMD_MIN_NAN(m, nan)
-    for (int64_t j = 0; j < n; ++j) {
-      const C r = ClippyRatioElement<true, T, C>(var + j, accum + j, Load<C>(g[j]), s);
-      m = r < m ? r : m;
-      nan |= (r != r);
-    }
-  } else {
-    TF_OPT_OPS_SIMD_MIN_NAN(m, nan)
-    for (int64_t j = 0; j < n; ++j) {
-      const C r = ClippyRatioElement<false, T, C>(var + j, accum + j, Load<C>(g[j]), s);
-      m = r < m ? r : m;
-      nan |= (r != r);
-    }
-  }
-  return nan ? C(NAN) : m;
+  return s.use_standard_accumulator_update
+             ? ClippyRatioRowImpl<true, T, G, C>(var, accum, g, n, s, min_ratio)
+             : ClippyRatioRowImpl<false, T, G, C>(var, accum, g, n, s, min_ratio);
 }
 
 // Pass 2 over `n` contiguous elements.
