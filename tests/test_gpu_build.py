@@ -93,8 +93,8 @@ def test_gpu_kernels_registered_for_every_type(op):
 
 def _tool(name):
   path = shutil.which(name)
-  if path is None:
-    pytest.skip(f"{name} (binutils) not installed")
+  # binutils comes with the compiler the build needs: missing means a broken setup.
+  assert path is not None, f"{name} (binutils) not installed: apt-get install binutils"
   return path
 
 

@@ -690,8 +690,8 @@ for writer, reader in ((TfrsComposite, Ours), (Ours, TfrsComposite)):
 def test_tfrs_composite_checkpoint_compatibility():
   """A TFRS CompositeOptimizer checkpoint restores into ours (legacy flavor) and back."""
   import importlib.util  # pylint: disable=g-import-not-at-top
-  if importlib.util.find_spec("tensorflow_recommenders") is None:
-    pytest.skip("tensorflow_recommenders is not installed")
+  assert importlib.util.find_spec("tensorflow_recommenders") is not None, (
+      "tensorflow-recommenders is a test dependency (requirements-dev.txt): make venv")
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   here = os.path.dirname(os.path.abspath(__file__))
