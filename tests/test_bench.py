@@ -59,4 +59,6 @@ def test_one_fused_op_per_variable_in_the_traced_update():
     # No composite path behind it: no gathers, scatters, dedup or dense passes over a table.
     assert not [t for t in types if t.startswith(("ResourceGather", "ResourceScatter", "Unique",
                                                   "UnsortedSegment", "ResourceApply"))], types
-    assert types.count("AssignAddVariableOp") == 1  # the iteration increment
+    # The only other write is the iteration increment (Keras 3 writes it with
+    # AssignVariableOp or AssignAddVariableOp, depending on the context).
+    assert types.count("AssignVariableOp") + types.count("AssignAddVariableOp") == 1, types
