@@ -25,11 +25,10 @@ ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* gra
                             int64_t count, int64_t span, Offset offset, Length length,
                             GradOffset grad_offset, const ClippyStep<ComputeT<T>>& step) {
   using C = ComputeT<T>;
-  const auto& device = ctx->eigen_cpu_device();
   std::mutex mu;
   C min_ratio = C(1);
-  device.parallelFor(
-      count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
+  ForEachItem(
+      ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
       [&](int64_t begin, int64_t end) {
         C local = C(1);
         for (int64_t k = begin; k < end; ++k) {
@@ -45,8 +44,8 @@ ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* gra
         min_ratio = NanMin<C>(min_ratio, local);
       });
   const C scale = ClippyScale<C>(min_ratio);
-  device.parallelFor(
-      count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
+  ForEachItem(
+      ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
       [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
           if (k + kPrefetchRows < end) {

@@ -118,6 +118,22 @@ class LockedVariables {
   std::vector<Tensor> tensors_;
 };
 
+// Updates that move less than this run on the calling thread: waking a pool
+// thread costs ~45 us here (measured: 1k rows x 16 floats took 115 us per op
+// on 2 threads, 70 us on 1), more than such an update takes on one core.
+constexpr double kInlineBytes = 1 << 20;
+
+// Runs fn(begin, end) over [0, n): inline for small work, otherwise split over
+// TensorFlow's intra-op pool with `cost` per item.
+template <typename F>
+void ForEachItem(OpKernelContext* ctx, int64_t n, const Eigen::TensorOpCost& cost, F&& fn) {
+  if (n * (cost.bytes_loaded() + cost.bytes_stored()) < kInlineBytes) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  ctx->eigen_cpu_device().parallelFor(n, cost, std::forward<F>(fn));
+}
+
 // Touched rows are scattered over tables far larger than the caches, so the
 // hardware prefetcher cannot guess the next one: the row loops ask for the
 // rows kPrefetchRows ahead while they work on the current one.
@@ -217,9 +233,8 @@ class SummedGradRows {
         }
       }
     };
-    ctx->eigen_cpu_device().parallelFor(
-        groups.num_unique(),
-        Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim), sum_groups);
+    ForEachItem(ctx, groups.num_unique(),
+                Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim), sum_groups);
     return absl::OkStatus();
   }
 

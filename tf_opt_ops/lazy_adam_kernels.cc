@@ -31,8 +31,8 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
     // Per row: read var, m, v, g; write var, m, v; ~20 cycles per element.
     const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
     grad_rows.Visit([&](const auto* g) {
-      ctx->eigen_cpu_device().parallelFor(
-          groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+      ForEachItem(
+          ctx, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
             for (int64_t u = begin; u < end; ++u) {
               if (u + kPrefetchRows < end) {
                 const int64_t ahead = rows[u + kPrefetchRows] * dim;
