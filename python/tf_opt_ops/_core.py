@@ -283,7 +283,11 @@ CLIPPY_ARGS = tuple(CLIPPY_DEFAULTS)
 class ClippyAdagradMixin:
   """Constructor checks, config and the update call shared by every ClippyAdagrad flavor."""
 
-  def _init_clippy(self, **args):
+  def _init_clippy(self, constructor_args):
+    """Checks and keeps the Clippy arguments; `constructor_args` is the
+    flavor constructor's `locals()`, so each signature stays explicit (the
+    replaced class's) while the handling lives here once."""
+    args = {key: constructor_args[key] for key in CLIPPY_ARGS}
     if args["clip_accumulator_update"] and args["use_standard_accumulator_update"]:
       raise ValueError("clip_accumulator_update and use_standard_accumulator_update cannot "
                        "both be set to True.")

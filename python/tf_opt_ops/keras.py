@@ -77,14 +77,7 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
     super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-    self._init_clippy(
-        initial_accumulator_value=initial_accumulator_value,
-        variable_relative_threshold=variable_relative_threshold,
-        accumulator_relative_threshold=accumulator_relative_threshold,
-        absolute_threshold=absolute_threshold, epsilon=epsilon,
-        export_clipping_factors=export_clipping_factors,
-        clip_accumulator_update=clip_accumulator_update,
-        use_standard_accumulator_update=use_standard_accumulator_update)
+    self._init_clippy(locals())
     self.clipping_factors = []
 
   def build(self, var_list):

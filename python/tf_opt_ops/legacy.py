@@ -69,14 +69,7 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
                absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
-    self._init_clippy(
-        initial_accumulator_value=initial_accumulator_value,
-        variable_relative_threshold=variable_relative_threshold,
-        accumulator_relative_threshold=accumulator_relative_threshold,
-        absolute_threshold=absolute_threshold, epsilon=epsilon,
-        export_clipping_factors=export_clipping_factors,
-        clip_accumulator_update=clip_accumulator_update,
-        use_standard_accumulator_update=use_standard_accumulator_update)
+    self._init_clippy(locals())
     super().__init__(name, **kwargs)
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)

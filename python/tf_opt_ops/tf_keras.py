@@ -61,14 +61,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
     kwargs.setdefault("jit_compile", False)
-    self._init_clippy(
-        initial_accumulator_value=initial_accumulator_value,
-        variable_relative_threshold=variable_relative_threshold,
-        accumulator_relative_threshold=accumulator_relative_threshold,
-        absolute_threshold=absolute_threshold, epsilon=epsilon,
-        export_clipping_factors=export_clipping_factors,
-        clip_accumulator_update=clip_accumulator_update,
-        use_standard_accumulator_update=use_standard_accumulator_update)
+    self._init_clippy(locals())
     super().__init__(name=name, **kwargs)
     self._learning_rate = self._build_learning_rate(learning_rate)
     self.clipping_factors = []
