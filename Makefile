@@ -9,7 +9,8 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
-.PHONY: deps bazel venv configure build wheel test bench demo clean gpu-check-build gpu-check
+.PHONY: deps bazel venv configure build wheel test bench demo clean gpu-check-build gpu-check \
+	format lint clang-format
 
 deps: bazel venv
 
@@ -48,6 +49,24 @@ wheel: build
 
 test: wheel
 	$(PY) -m pytest tests -q -ra
+
+# Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
+# and runs ruff (ruff.toml). CI runs `make lint`.
+PY_SRC_DIRS := python tests gpu_check tools
+CXX_SRCS = $(wildcard tf_opt_ops/*.h tf_opt_ops/*.cc gpu_check/*.cc)
+
+clang-format:
+	@command -v clang-format >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clang-format >/dev/null; }
+
+format: venv clang-format
+	$(PY) -m yapf -i -r $(PY_SRC_DIRS)
+	clang-format -i $(CXX_SRCS)
+
+lint: venv clang-format
+	$(PY) -m yapf --diff -r $(PY_SRC_DIRS)
+	$(PY) -m ruff check .
+	clang-format --dry-run --Werror $(CXX_SRCS)
 
 # The main job: trains a recommender with the router against Keras Adam
 # (ARGS="--flavor tf_keras", "--data ratings.csv", ...); writes demo_out/.

@@ -32,25 +32,26 @@ AdamStep<double> LazyAdamStep(double lr, double beta1, double beta2, double epsi
   const AdamStep<C> s = tf_opt_ops::MakeAdamStep<C>(
       static_cast<C>(lr), static_cast<C>(beta1), static_cast<C>(beta2), static_cast<C>(epsilon),
       static_cast<C>(beta1_power), static_cast<C>(beta2_power));
-  return AdamStep<double>{s.lr_t, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
-                          s.epsilon};
+  return AdamStep<double>{s.lr_t,  s.beta1,           s.one_minus_beta1,
+                          s.beta2, s.one_minus_beta2, s.epsilon};
 }
 
 template <typename C>
 ClippyStep<double> MakeClippyStep(double lr, double epsilon, double vrt, double art, double at,
                                   int clip_accumulator_update,
                                   int use_standard_accumulator_update) {
-  return ClippyStep<double>{static_cast<C>(lr),  static_cast<C>(epsilon),
-                            static_cast<C>(vrt), static_cast<C>(art),
-                            static_cast<C>(at),  clip_accumulator_update != 0,
+  return ClippyStep<double>{static_cast<C>(lr),
+                            static_cast<C>(epsilon),
+                            static_cast<C>(vrt),
+                            static_cast<C>(art),
+                            static_cast<C>(at),
+                            clip_accumulator_update != 0,
                             use_standard_accumulator_update != 0};
 }
 
 }  // namespace
 
-TFO_API const char* tfo_error_string(int error) {
-  return tf_opt_ops::gpu::ErrorString(error);
-}
+TFO_API const char* tfo_error_string(int error) { return tf_opt_ops::gpu::ErrorString(error); }
 
 // Number of CUDA devices; an error (e.g. no driver) is returned, not raised.
 TFO_API int tfo_device_count(int* count) {
@@ -147,12 +148,11 @@ TFO_API int tfo_clippy_adagrad(int dtype, int64_t size, const void* grad, void* 
                                void* scale, void* scratch, size_t scratch_bytes) {
   const DType t = static_cast<DType>(dtype);
   const ClippyStep<double> step =
-      t == DType::kDouble ? MakeClippyStep<double>(lr, epsilon, vrt, art, at,
-                                                   clip_accumulator_update,
-                                                   use_standard_accumulator_update)
-                          : MakeClippyStep<float>(lr, epsilon, vrt, art, at,
-                                                  clip_accumulator_update,
-                                                  use_standard_accumulator_update);
+      t == DType::kDouble
+          ? MakeClippyStep<double>(lr, epsilon, vrt, art, at, clip_accumulator_update,
+                                   use_standard_accumulator_update)
+          : MakeClippyStep<float>(lr, epsilon, vrt, art, at, clip_accumulator_update,
+                                  use_standard_accumulator_update);
   return tf_opt_ops::gpu::ApplyClippyAdagrad(t, size, grad, var, accum, step, scale, scratch,
                                              scratch_bytes, g_stream);
 }
@@ -163,21 +163,20 @@ TFO_API int tfo_sparse_clippy_adagrad(int dtype, int index_type, const void* ind
                                       double epsilon, double vrt, double art, double at,
                                       int clip_accumulator_update,
                                       int use_standard_accumulator_update, void* scale,
-                                      void* scratch, size_t scratch_bytes,
-                                      int64_t* bad_position, int64_t* bad_index) {
+                                      void* scratch, size_t scratch_bytes, int64_t* bad_position,
+                                      int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
   const ClippyStep<double> step =
-      t == DType::kDouble ? MakeClippyStep<double>(lr, epsilon, vrt, art, at,
-                                                   clip_accumulator_update,
-                                                   use_standard_accumulator_update)
-                          : MakeClippyStep<float>(lr, epsilon, vrt, art, at,
-                                                  clip_accumulator_update,
-                                                  use_standard_accumulator_update);
+      t == DType::kDouble
+          ? MakeClippyStep<double>(lr, epsilon, vrt, art, at, clip_accumulator_update,
+                                   use_standard_accumulator_update)
+          : MakeClippyStep<float>(lr, epsilon, vrt, art, at, clip_accumulator_update,
+                                  use_standard_accumulator_update);
   const SparseRows rows{indices, static_cast<IndexType>(index_type), num_indices, num_rows,
                         row_size};
   IndexError bad{-1, 0};
-  const int err = tf_opt_ops::gpu::SparseApplyClippyAdagrad(
-      t, rows, grad, var, accum, step, scale, scratch, scratch_bytes, g_stream, &bad);
+  const int err = tf_opt_ops::gpu::SparseApplyClippyAdagrad(t, rows, grad, var, accum, step, scale,
+                                                            scratch, scratch_bytes, g_stream, &bad);
   *bad_position = bad.position;
   *bad_index = bad.index;
   return err;

@@ -55,8 +55,8 @@ class CudaBackend:
   def __init__(self, path):
     self.lib = ctypes.CDLL(path)
     L = self.lib
-    vp, i64, sz, dbl, cint = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t,
-                              ctypes.c_double, ctypes.c_int)
+    vp, i64, sz, dbl, cint = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t, ctypes.c_double,
+                              ctypes.c_int)
     L.tfo_error_string.restype = ctypes.c_char_p
     L.tfo_error_string.argtypes = [cint]
     L.tfo_device_count.argtypes = [ctypes.POINTER(cint)]
@@ -72,15 +72,14 @@ class CudaBackend:
     L.tfo_sparse_scratch_bytes.argtypes = [cint, cint, i64, i64, i64, ctypes.POINTER(sz)]
     L.tfo_dense_scratch_bytes.restype = sz
     L.tfo_dense_scratch_bytes.argtypes = [cint]
-    L.tfo_sparse_lazy_adam.argtypes = ([cint, cint, vp, i64, i64, i64, vp, vp, vp, vp] +
-                                       [dbl] * 6 + [vp, sz, ctypes.POINTER(i64),
-                                                    ctypes.POINTER(i64)])
-    L.tfo_clippy_adagrad.argtypes = ([cint, i64, vp, vp, vp] + [dbl] * 5 +
-                                     [cint, cint, vp, vp, sz])
-    L.tfo_sparse_clippy_adagrad.argtypes = ([cint, cint, vp, i64, i64, i64, vp, vp, vp] +
-                                            [dbl] * 5 + [cint, cint, vp, vp, sz,
-                                                         ctypes.POINTER(i64),
-                                                         ctypes.POINTER(i64)])
+    L.tfo_sparse_lazy_adam.argtypes = (
+        [cint, cint, vp, i64, i64, i64, vp, vp, vp, vp] + [dbl] * 6 +
+        [vp, sz, ctypes.POINTER(i64), ctypes.POINTER(i64)])
+    L.tfo_clippy_adagrad.argtypes = ([cint, i64, vp, vp, vp] + [dbl] * 5 + [cint, cint, vp, vp, sz])
+    L.tfo_sparse_clippy_adagrad.argtypes = (
+        [cint, cint, vp, i64, i64, i64, vp, vp, vp] + [dbl] * 5 +
+        [cint, cint, vp, vp, sz, ctypes.POINTER(i64),
+         ctypes.POINTER(i64)])
     L.tfo_set_scale_to_one.argtypes = [cint, vp]
     self.allocations = []
 
@@ -141,28 +140,32 @@ class CudaBackend:
   # -- ops on device pointers
   def scratch_bytes(self, dtype, index_dtype, n, num_rows, dim):
     b = ctypes.c_size_t()
-    self.check(self.lib.tfo_sparse_scratch_bytes(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], n,
-                                                 num_rows, dim, ctypes.byref(b)),
-               "SparseScratchBytes")
+    self.check(
+        self.lib.tfo_sparse_scratch_bytes(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], n, num_rows,
+                                          dim, ctypes.byref(b)), "SparseScratchBytes")
     return b.value
 
   def lazy_adam_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
                     hyper, d_scratch, scratch_bytes):
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
-    self.check(self.lib.tfo_sparse_lazy_adam(
-        DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n, num_rows, dim, d_grad, d_var, d_m,
-        d_v, hyper["lr"], hyper["beta1"], hyper["beta2"], hyper["epsilon"],
-        hyper["beta1_power"], hyper["beta2_power"], d_scratch, scratch_bytes,
-        ctypes.byref(bad_pos), ctypes.byref(bad_idx)), "SparseApplyLazyAdam")
+    self.check(
+        self.lib.tfo_sparse_lazy_adam(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n,
+                                      num_rows, dim, d_grad, d_var, d_m, d_v, hyper["lr"],
+                                      hyper["beta1"], hyper["beta2"], hyper["epsilon"],
+                                      hyper["beta1_power"], hyper["beta2_power"],
+                                      d_scratch, scratch_bytes, ctypes.byref(bad_pos),
+                                      ctypes.byref(bad_idx)), "SparseApplyLazyAdam")
     return bad_pos.value, bad_idx.value
 
   def sparse_clippy_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,
                         hyper, d_scale, d_scratch, scratch_bytes):
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
-    self.check(self.lib.tfo_sparse_clippy_adagrad(
-        DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n, num_rows, dim, d_grad, d_var,
-        d_acc, *_clippy_args(hyper), d_scale, d_scratch, scratch_bytes, ctypes.byref(bad_pos),
-        ctypes.byref(bad_idx)), "SparseApplyClippyAdagrad")
+    self.check(
+        self.lib.tfo_sparse_clippy_adagrad(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx,
+                                           n, num_rows, dim, d_grad, d_var, d_acc,
+                                           *_clippy_args(hyper), d_scale, d_scratch, scratch_bytes,
+                                           ctypes.byref(bad_pos), ctypes.byref(bad_idx)),
+        "SparseApplyClippyAdagrad")
     return bad_pos.value, bad_idx.value
 
   # -- ops on host arrays (the correctness cases)
@@ -198,12 +201,14 @@ class CudaBackend:
 
       def body(p):
         d_var, d_acc, d_grad, d_scale, d_scratch = p
-        self.check(self.lib.tfo_clippy_adagrad(code, var.size, d_grad, d_var, d_acc,
-                                               *_clippy_args(hyper), d_scale, d_scratch, nbytes),
-                   "ApplyClippyAdagrad")
+        self.check(
+            self.lib.tfo_clippy_adagrad(code, var.size, d_grad, d_var, d_acc, *_clippy_args(hyper),
+                                        d_scale, d_scratch, nbytes), "ApplyClippyAdagrad")
         self.sync()
-        return (self.download(d_var, var), self.download(d_acc, accum),
-                self.download(d_scale, scale_like)[()], (-1, 0))
+        return (self.download(d_var,
+                              var), self.download(d_acc,
+                                                  accum), self.download(d_scale,
+                                                                        scale_like)[()], (-1, 0))
 
       return self._with([var, accum, grad, scale_like, np.zeros(nbytes, np.uint8)], body)
     num_rows = var.shape[0]
@@ -216,11 +221,14 @@ class CudaBackend:
       bad = self.sparse_clippy_ptr(dtype, indices.dtype.type, d_idx, n, num_rows, dim, d_grad,
                                    d_var, d_acc, hyper, d_scale, d_scratch, nbytes)
       self.sync()
-      return (self.download(d_var, var), self.download(d_acc, accum),
-              self.download(d_scale, scale_like)[()], bad)
+      return (self.download(d_var, var), self.download(d_acc,
+                                                       accum), self.download(d_scale,
+                                                                             scale_like)[()], bad)
 
-    return self._with([var, accum, grad, indices, np.full((), 7, scale_like.dtype),
-                       np.zeros(nbytes, np.uint8)], sparse_body)
+    return self._with(
+        [var, accum, grad, indices,
+         np.full((), 7, scale_like.dtype),
+         np.zeros(nbytes, np.uint8)], sparse_body)
 
   def set_scale_to_one(self, dtype):
     like = np.zeros((), reference.compute_type(dtype))
@@ -258,8 +266,8 @@ class TfCpuBackend:
 
   def _get(self, t, dtype):
     tf = self.tf
-    return reference.store(tf.cast(t, tf.float64 if dtype == "float64" else tf.float32).numpy(),
-                           dtype)
+    return reference.store(
+        tf.cast(t, tf.float64 if dtype == "float64" else tf.float32).numpy(), dtype)
 
   def _bad(self, fn):
     try:
@@ -275,10 +283,10 @@ class TfCpuBackend:
   def lazy_adam(self, dtype, var, m, v, grad, indices, hyper):
     with self.tf.device("/CPU:0"):
       tv, tm, tvv, g = (self._var(x, dtype) for x in (var, m, v, grad))
-      bad = self._bad(lambda: self.ops.sparse_lazy_adam(
-          tv, tm, tvv, g.read_value(), self.tf.constant(indices),
-          beta_1_power=hyper["beta1_power"], beta_2_power=hyper["beta2_power"], lr=hyper["lr"],
-          beta_1=hyper["beta1"], beta_2=hyper["beta2"], epsilon=hyper["epsilon"]))
+      bad = self._bad(lambda: self.ops.sparse_lazy_adam(tv, tm, tvv, g.read_value(
+      ), self.tf.constant(indices), beta_1_power=hyper["beta1_power"], beta_2_power=hyper[
+          "beta2_power"], lr=hyper["lr"], beta_1=hyper["beta1"], beta_2=hyper["beta2"], epsilon=
+                                                        hyper["epsilon"]))
       return self._get(tv, dtype), self._get(tm, dtype), self._get(tvv, dtype), bad
 
   def clippy(self, dtype, var, accum, grad, indices, hyper):
@@ -286,11 +294,12 @@ class TfCpuBackend:
       tv, ta, g = (self._var(x, dtype) for x in (var, accum, grad))
       out = []
       if indices is None:
-        bad = self._bad(lambda: out.append(self.ops.clippy_adagrad(tv, ta, g.read_value(),
-                                                                   **hyper)))
+        bad = self._bad(
+            lambda: out.append(self.ops.clippy_adagrad(tv, ta, g.read_value(), **hyper)))
       else:
-        bad = self._bad(lambda: out.append(self.ops.sparse_clippy_adagrad(
-            tv, ta, g.read_value(), self.tf.constant(indices), **hyper)))
+        bad = self._bad(lambda: out.append(
+            self.ops.sparse_clippy_adagrad(tv, ta, g.read_value(), self.tf.constant(indices), **
+                                           hyper)))
       scale = out[0].numpy()[()] if out else np.nan
       return self._get(tv, dtype), self._get(ta, dtype), scale, bad
 
@@ -328,7 +337,7 @@ def _compare(report, name, got, want, dtype):
   ok = bool(same_nan.all() and (err <= bound).all())
   exact = int(np.sum(reference.load(got, dtype) == reference.load(want, dtype)))
   report.check(ok, name, f"max abs err {err.max() if err.size else 0:.3g}, "
-                         f"{exact}/{got.size} exact")
+               f"{exact}/{got.size} exact")
 
 
 def _scale_ok(got, want, dtype):
@@ -337,8 +346,7 @@ def _scale_ok(got, want, dtype):
   return abs(float(got) - float(want)) <= (0 if dtype == "float64" else 1e-6) * abs(float(want))
 
 
-ADAM = dict(lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7, beta1_power=0.9**3,
-            beta2_power=0.999**3)
+ADAM = dict(lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7, beta1_power=0.9**3, beta2_power=0.999**3)
 CLIPPY = dict(lr=0.5, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-3)
 
@@ -349,16 +357,16 @@ def _indices(rng, n, num_rows, index_dtype, kind):
     idx[rng.random(n) < 0.8] = num_rows // 2
   else:
     idx = rng.integers(0, num_rows, size=n)
-    idx[: min(3, n)] = idx[n // 2]  # duplicates for sure
+    idx[:min(3, n)] = idx[n // 2]  # duplicates for sure
   return idx.astype(index_dtype)
 
 
 CASES = [  # (num_rows, dim, n, kind)
-    (50, 7, 80, "uniform"),     # odd row size: partial thread rows, duplicates
+    (50, 7, 80, "uniform"),  # odd row size: partial thread rows, duplicates
     (1000, 128, 700, "uniform"),
-    (300, 1, 500, "uniform"),   # one element per row: 256 rows per block
-    (64, 300, 40, "uniform"),   # row longer than the 128 threads of a row
-    (200, 16, 3000, "heavy"),   # a run of ~2400 duplicates
+    (300, 1, 500, "uniform"),  # one element per row: 256 rows per block
+    (64, 300, 40, "uniform"),  # row longer than the 128 threads of a row
+    (200, 16, 3000, "heavy"),  # a run of ~2400 duplicates
     (1, 4, 1, "uniform"),
 ]
 
@@ -409,8 +417,9 @@ def check_bad_indices(backend, report, rng):
         got = backend.clippy(dtype, var, accum, grad, idx, hyper)
         report.check(got[3] == (first, want_value), name + " clippy reported",
                      f"got {got[3]}, want {(first, want_value)}")
-        report.check(np.array_equal(got[0], var) and np.array_equal(got[1], accum),
-                     name + " clippy wrote nothing")
+        report.check(
+            np.array_equal(got[0], var) and np.array_equal(got[1], accum),
+            name + " clippy wrote nothing")
   # An empty table: every index is out of range.
   var = np.zeros((0, 4), np.float32)
   got = backend.lazy_adam("float32", var, var, var, np.ones((2, 4), np.float32),
@@ -461,8 +470,9 @@ def check_clippy(backend, report, rng):
     hyper = dict(CLIPPY, clip_accumulator_update=False, use_standard_accumulator_update=False)
     want = reference.sparse_clippy_adagrad(var, accum, grad, idx, dtype, **hyper)
     got = backend.clippy(dtype, var, accum, grad, idx, hyper)
-    report.check(np.isnan(got[2]) and np.isnan(want[2]), f"clippy NaN grad {dtype} scale NaN",
-                 f"got {got[2]!r}")
+    report.check(
+        np.isnan(got[2]) and np.isnan(want[2]), f"clippy NaN grad {dtype} scale NaN",
+        f"got {got[2]!r}")
     _compare(report, f"clippy NaN grad {dtype} var", got[0], want[0], dtype)
   for dtype in ("float32", "float64"):
     report.check(float(backend.set_scale_to_one(dtype)) == 1.0, f"set scale to one {dtype}")
@@ -493,16 +503,18 @@ def check_big_table(backend, report, rng, free_bytes):
     nbytes = backend.scratch_bytes(dtype, np.int64, len(touched), num_rows, dim)
     d_grad, d_idx, d_scratch = (backend.upload(grad), backend.upload(touched),
                                 backend.alloc(nbytes))
-    bad = backend.lazy_adam_ptr(dtype, np.int64, d_idx, len(touched), num_rows, dim, d_grad,
-                                d_var, d_m, d_v, ADAM, d_scratch, nbytes)
+    bad = backend.lazy_adam_ptr(dtype, np.int64, d_idx, len(touched), num_rows, dim, d_grad, d_var,
+                                d_m, d_v, ADAM, d_scratch, nbytes)
     backend.sync()
     rows = np.unique(touched)
     local = {int(r): k for k, r in enumerate(rows)}
     zeros = np.zeros((len(rows), dim), np.float16)
     want = reference.sparse_lazy_adam(zeros, zeros, zeros, grad,
                                       np.array([local[int(r)] for r in touched]), dtype, **ADAM)
-    got = [np.stack([backend.download(p, zeros[0], int(r) * dim * 2) for r in rows])
-           for p in (d_var, d_m, d_v)]
+    got = [
+        np.stack([backend.download(p, zeros[0],
+                                   int(r) * dim * 2) for r in rows]) for p in (d_var, d_m, d_v)
+    ]
     report.check(bad[0] == -1, "64-bit offsets: no index error", str(bad))
     for what, g, w in zip(("var", "m", "v"), got, want):
       _compare(report, f"64-bit offsets lazy_adam {what}", g, w, dtype)
@@ -596,13 +608,13 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
       nbytes = backend.scratch_bytes(dtype, np.int64, n, num_rows, dim)
       d_scratch, d_scale = backend.alloc(nbytes), backend.alloc(8)
       ptrs += [d_grad, d_idx, d_scratch, d_scale]
-      lazy_ms = backend.timed(lambda: backend.lazy_adam_ptr(
-          dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v, ADAM, d_scratch,
-          nbytes), iters)
+      lazy_ms = backend.timed(
+          lambda: backend.lazy_adam_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
+                                        d_m, d_v, ADAM, d_scratch, nbytes), iters)
       hyper = dict(CLIPPY, clip_accumulator_update=False, use_standard_accumulator_update=False)
-      clippy_ms = backend.timed(lambda: backend.sparse_clippy_ptr(
-          dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var, d_m, hyper, d_scale,
-          d_scratch, nbytes), iters)
+      clippy_ms = backend.timed(
+          lambda: backend.sparse_clippy_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
+                                            d_m, hyper, d_scale, d_scratch, nbytes), iters)
     finally:
       for p in ptrs:
         backend.free(p)
@@ -619,14 +631,14 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
         print(f"  torch.optim.SparseAdam failed ({type(e).__name__}: {e}); no comparison")
         torch = None
     row = dict(rows=num_rows, dim=dim, batch=n, kind=kind, unique=uniq, lazy_adam_ms=lazy_ms,
-               lazy_adam_GBps=bw / 1e9, fraction_of_copy=bw / copy_bw,
-               clippy_sparse_ms=clippy_ms, clippy_over_adam=clippy_ms / lazy_ms,
-               torch_sparse_adam_ms=torch_ms)
+               lazy_adam_GBps=bw / 1e9, fraction_of_copy=bw / copy_bw, clippy_sparse_ms=clippy_ms,
+               clippy_over_adam=clippy_ms / lazy_ms, torch_sparse_adam_ms=torch_ms)
     report.results["bench"].append(row)
     t = f"{torch_ms:8.3f} {torch_ms / lazy_ms:6.2f}" if torch_ms else f"{'-':>8} {'-':>6}"
-    print(f"  {num_rows:>9} {dim:>4} {n:>8} {uniq:>8} | {lazy_ms:8.3f} {bw / 1e9:6.0f} "
-          f"{100 * bw / copy_bw:5.0f}% | {clippy_ms:9.3f} {clippy_ms / lazy_ms:6.2f} | {t}"
-          f"{'  (zipf 1.2 rows)' if kind == 'zipf' else ''}", flush=True)
+    print(
+        f"  {num_rows:>9} {dim:>4} {n:>8} {uniq:>8} | {lazy_ms:8.3f} {bw / 1e9:6.0f} "
+        f"{100 * bw / copy_bw:5.0f}% | {clippy_ms:9.3f} {clippy_ms / lazy_ms:6.2f} | {t}"
+        f"{'  (zipf 1.2 rows)' if kind == 'zipf' else ''}", flush=True)
 
 
 # The issue's targets are set at 1M rows x 128, batch 131072.
@@ -635,26 +647,31 @@ TARGET_SIZE = (1 << 20, 128, 131072)
 
 def targets(report):
   """The issue's targets at TARGET_SIZE (reported; enforced only with --strict-perf)."""
-  rows = [r for r in report.results["bench"]
-          if (r["rows"], r["dim"], r["batch"]) == TARGET_SIZE and r["kind"] == "uniform"]
+  rows = [
+      r for r in report.results["bench"]
+      if (r["rows"], r["dim"], r["batch"]) == TARGET_SIZE and r["kind"] == "uniform"
+  ]
   if not rows:
     return []
   r = rows[0]
-  out = [("lazy Adam >= 60% of copy bandwidth", r["fraction_of_copy"] >= 0.6,
-          f"{100 * r['fraction_of_copy']:.0f}%"),
-         ("Clippy sparse within 1.5x of lazy Adam", r["clippy_over_adam"] <= 1.5,
-          f"{r['clippy_over_adam']:.2f}x")]
+  out = [("lazy Adam >= 60% of copy bandwidth", r["fraction_of_copy"]
+          >= 0.6, f"{100 * r['fraction_of_copy']:.0f}%"),
+         ("Clippy sparse within 1.5x of lazy Adam", r["clippy_over_adam"]
+          <= 1.5, f"{r['clippy_over_adam']:.2f}x")]
   if r["torch_sparse_adam_ms"]:
-    out.append(("faster than torch.optim.SparseAdam", r["lazy_adam_ms"] < r["torch_sparse_adam_ms"],
-                f"{r['torch_sparse_adam_ms'] / r['lazy_adam_ms']:.2f}x"))
+    out.append(
+        ("faster than torch.optim.SparseAdam", r["lazy_adam_ms"]
+         < r["torch_sparse_adam_ms"], f"{r['torch_sparse_adam_ms'] / r['lazy_adam_ms']:.2f}x"))
   return out
 
 
 # (rows, dim, batch[, "zipf"]): uniform random rows unless "zipf" (a few rows
 # repeated thousands of times: the duplicate-summing path under load).
-BENCH_SIZES = ([(rows, dim, n) for rows in (1 << 20, 10 * (1 << 20)) for dim in (64, 128, 256)
-                for n in (16384, 131072, 1 << 20)] +
-               [(1 << 20, 128, 131072, "zipf"), (10 * (1 << 20), 128, 1 << 20, "zipf")])
+BENCH_SIZES = ([(rows, dim, n)
+                for rows in (1 << 20, 10 * (1 << 20))
+                for dim in (64, 128, 256)
+                for n in (16384, 131072, 1 << 20)] + [(1 << 20, 128, 131072, "zipf"),
+                                                      (10 * (1 << 20), 128, 1 << 20, "zipf")])
 QUICK_SIZES = [TARGET_SIZE, TARGET_SIZE + ("zipf",)]
 
 

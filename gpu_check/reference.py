@@ -22,8 +22,9 @@ def compute_type(dtype):
 
 
 def storage_type(dtype):
-  return {"float16": np.float16, "bfloat16": np.uint16, "float32": np.float32,
-          "float64": np.float64}[dtype]
+  return {
+      "float16": np.float16, "bfloat16": np.uint16, "float32": np.float32, "float64": np.float64
+  }[dtype]
 
 
 def bf16_to_f32(bits):
@@ -85,8 +86,8 @@ def adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power):
               one_minus_beta2=one - C(beta2), epsilon=C(epsilon))
 
 
-def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon,
-                     beta1_power, beta2_power):
+def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon, beta1_power,
+                     beta2_power):
   """New (var, m, v): lazy Adam on the distinct rows of `indices` only."""
   var, m, v = var.copy(), m.copy(), v.copy()
   dim = var.size // var.shape[0] if var.shape[0] else 0
@@ -97,8 +98,8 @@ def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsil
   v_t = s["beta2"] * load(v2[rows], dtype) + s["one_minus_beta2"] * g * g
   m2[rows] = store(m_t, dtype)
   v2[rows] = store(v_t, dtype)
-  var2[rows] = store(load(var2[rows], dtype) - s["lr_t"] * m_t / (np.sqrt(v_t) + s["epsilon"]),
-                     dtype)
+  var2[rows] = store(
+      load(var2[rows], dtype) - s["lr_t"] * m_t / (np.sqrt(v_t) + s["epsilon"]), dtype)
   return var, m, v
 
 
@@ -141,8 +142,9 @@ def _clippy(var_c, accum_s, g, dtype, *, lr, epsilon, variable_relative_threshol
 
 def clippy_adagrad(var, accum, grad, dtype, **hyper):
   """Dense Clippy Adagrad: (new var, new accum, scale)."""
-  new_var, new_accum, scale = _clippy(load(var, dtype).ravel(), accum.ravel(),
-                                      load(grad, dtype).ravel(), dtype, **hyper)
+  new_var, new_accum, scale = _clippy(
+      load(var, dtype).ravel(), accum.ravel(),
+      load(grad, dtype).ravel(), dtype, **hyper)
   return (store(new_var, dtype).reshape(var.shape), new_accum.reshape(accum.shape), scale)
 
 

@@ -1,4 +1,5 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+sys.path.insert(0,
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))

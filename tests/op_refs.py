@@ -65,15 +65,15 @@ def clippy_adagrad(var, accum, grad, indices=None, *, lr=0.001, epsilon=1e-7,
     a = (a + g * g).astype(store).astype(c)
   p = c(1) / np.sqrt(a + c(epsilon))
   delta = c(lr) * g * p
-  max_d = (c(variable_relative_threshold) * np.abs(var[rows])
-           + c(accumulator_relative_threshold) * p + c(absolute_threshold))
+  max_d = (c(variable_relative_threshold) * np.abs(var[rows]) +
+           c(accumulator_relative_threshold) * p + c(absolute_threshold))
   with np.errstate(divide="ignore", invalid="ignore"):
     ratio = np.where(delta == 0, c(1), max_d / np.abs(delta))
   scale = c(1) if ratio.size == 0 else np.minimum(c(1), np.min(ratio))
   if use_standard_accumulator_update:
     new_a = a
   elif clip_accumulator_update:
-    new_a = a + (g * scale) ** 2
+    new_a = a + (g * scale)**2
   else:
     new_a = a + g * g
   accum[rows] = new_a

@@ -35,7 +35,7 @@ class LazyAdamRef:
 
   def _update(self, rows, g, lr):
     b1, b2 = self.beta_1, self.beta_2
-    lr_t = lr * np.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+    lr_t = lr * np.sqrt(1 - b2**self.t) / (1 - b1**self.t)
     self.m[rows] = b1 * self.m[rows] + (1 - b1) * g
     self.v[rows] = b2 * self.v[rows] + (1 - b2) * g * g
     self.var[rows] -= lr_t * self.m[rows] / (np.sqrt(self.v[rows]) + self.epsilon)
@@ -53,15 +53,14 @@ class LazyAdamRef:
 class ClippyRef:
   """SPEC 2 Clippy Adagrad in float64."""
 
-  def __init__(self, var, lr=0.001, initial_accumulator_value=0.1,
-               variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
-               absolute_threshold=1e-7, epsilon=1e-7, clip_accumulator_update=False,
-               use_standard_accumulator_update=False):
+  def __init__(self, var, lr=0.001, initial_accumulator_value=0.1, variable_relative_threshold=0.1,
+               accumulator_relative_threshold=0.0, absolute_threshold=1e-7, epsilon=1e-7,
+               clip_accumulator_update=False, use_standard_accumulator_update=False):
     self.var = np.array(var, np.float64)
     self.accum = np.full_like(self.var, initial_accumulator_value)
     self.lr, self.eps = lr, epsilon
-    self.vrt, self.art, self.abs = (variable_relative_threshold,
-                                    accumulator_relative_threshold, absolute_threshold)
+    self.vrt, self.art, self.abs = (variable_relative_threshold, accumulator_relative_threshold,
+                                    absolute_threshold)
     self.clip, self.std = clip_accumulator_update, use_standard_accumulator_update
     self.scale = None
 
@@ -111,10 +110,11 @@ CLIPPY_OPTIONS = [
          absolute_threshold=1e-4, learning_rate=0.5),
 ]
 
-
-REF_KEYS = {"lr", "beta_1", "beta_2", "epsilon", "initial_accumulator_value",
-            "variable_relative_threshold", "accumulator_relative_threshold",
-            "absolute_threshold", "clip_accumulator_update", "use_standard_accumulator_update"}
+REF_KEYS = {
+    "lr", "beta_1", "beta_2", "epsilon", "initial_accumulator_value", "variable_relative_threshold",
+    "accumulator_relative_threshold", "absolute_threshold", "clip_accumulator_update",
+    "use_standard_accumulator_update"
+}
 
 
 def clippy_ref_kwargs(options):
@@ -134,8 +134,10 @@ def clippy_ref_kwargs(options):
 # below run unchanged against `tf_opt_ops.keras`, `.tf_keras` and `.legacy`.
 
 DTYPES = ["float32", "float64", "float16", "bfloat16"]
-NP_DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
-             "bfloat16": ml_dtypes.bfloat16}
+NP_DTYPES = {
+    "float32": np.float32, "float64": np.float64, "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16
+}
 ROWS, COLS, BATCH = 12, 3, 6
 
 
@@ -209,8 +211,8 @@ def check_against_numpy(module, opt_name, dtype="float32", index_dtype="int32", 
     np.testing.assert_allclose(got, ref.var, err_msg=f"{opt_name} {dtype}", **tol)
     if sparse:
       untouched = np.setdiff1d(np.arange(ROWS), indices)
-      np.testing.assert_array_equal(
-          var.numpy()[untouched].view(np.uint8), before[untouched].view(np.uint8))
+      np.testing.assert_array_equal(var.numpy()[untouched].view(np.uint8),
+                                    before[untouched].view(np.uint8))
   assert int(opt.iterations.numpy()) == steps
   return opt, var, ref
 

@@ -15,8 +15,7 @@ def test_composite_baseline_matches_the_fused_op():
   for t in range(1, 4):
     indices = tf.constant(rng.integers(0, 50, 30))  # with duplicates
     grad = tf.constant(rng.standard_normal((30, 8)).astype(np.float32))
-    ops.sparse_lazy_adam(*fused, grad, indices, lr=0.01, beta_1_power=0.9**t,
-                         beta_2_power=0.999**t)
+    ops.sparse_lazy_adam(*fused, grad, indices, lr=0.01, beta_1_power=0.9**t, beta_2_power=0.999**t)
     lr_t = 0.01 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
     bench.composite_lazy_adam(*composite, grad, indices, lr_t, 0.9, 0.999, 1e-7)
   for a, b in zip(fused, composite):
@@ -24,13 +23,17 @@ def test_composite_baseline_matches_the_fused_op():
 
 
 def test_report_renders_every_case():
-  case = {"fused": {"median_ms": 1.0, "min_ms": 0.9, "max_ms": 1.2},
-          "composite": {"median_ms": 6.0, "min_ms": 5.0, "max_ms": 7.0},
-          "bytes": 40_000_000, "ops": {"fused": 10, "composite": 30}}
-  report = {"machine": "test", "tf_version": tf.__version__,
-            "bandwidth": {"1": {"median_gbs": 20.0}, "2": {"median_gbs": 40.0}},
-            "fixed_cost": {"median_ms": 0.3, "min_ms": 0.2, "max_ms": 0.4},
-            "lazy_adam": {"1,000×8, B=10": case}}
+  case = {
+      "fused": {"median_ms": 1.0, "min_ms": 0.9, "max_ms": 1.2},
+      "composite": {"median_ms": 6.0, "min_ms": 5.0, "max_ms": 7.0}, "bytes": 40_000_000,
+      "ops": {"fused": 10, "composite": 30}
+  }
+  report = {
+      "machine": "test", "tf_version": tf.__version__,
+      "bandwidth": {"1": {"median_gbs": 20.0}, "2": {"median_gbs": 40.0}},
+      "fixed_cost": {"median_ms": 0.3, "min_ms": 0.2, "max_ms": 0.4},
+      "lazy_adam": {"1,000×8, B=10": case}
+  }
   table = bench.render(report)
   # 40 MB in 1 ms is 40 GB/s: 100% of the 40 GB/s limit; composite is 6x slower.
   assert "| 1,000×8, B=10 | 1 (0.9–1.2) | 6 (5–7) | — | 6.0× | — | 100% | 10 / 30 |" in table
@@ -50,15 +53,19 @@ def test_one_fused_op_per_variable_in_the_traced_update():
   import keras  # pylint: disable=g-import-not-at-top
   from tf_opt_ops import keras as flavor  # pylint: disable=g-import-not-at-top
   tables = [keras.Variable(np.zeros((100, 4), np.float32)) for _ in range(3)]
-  grads = [tf.IndexedSlices(tf.ones((5, 4)), tf.constant([1, 2, 2, 7, 9]), tf.constant([100, 4]))
-           for _ in tables]
+  grads = [
+      tf.IndexedSlices(tf.ones((5, 4)), tf.constant([1, 2, 2, 7, 9]), tf.constant([100, 4]))
+      for _ in tables
+  ]
   for optimizer, op_type in ((flavor.LazyAdam(), "TfOptOps>ResourceSparseApplyLazyAdam"),
                              (flavor.ClippyAdagrad(), "TfOptOps>ResourceSparseApplyClippyAdagrad")):
     types = _update_graph_op_types(optimizer, tables, grads)
     assert types.count(op_type) == len(tables)
     # No composite path behind it: no gathers, scatters, dedup or dense passes over a table.
-    assert not [t for t in types if t.startswith(("ResourceGather", "ResourceScatter", "Unique",
-                                                  "UnsortedSegment", "ResourceApply"))], types
+    assert not [
+        t for t in types if t.startswith(("ResourceGather", "ResourceScatter", "Unique",
+                                          "UnsortedSegment", "ResourceApply"))
+    ], types
     # The only other write is the iteration increment (Keras 3 writes it with
     # AssignVariableOp or AssignAddVariableOp, depending on the context).
     assert types.count("AssignVariableOp") + types.count("AssignAddVariableOp") == 1, types

@@ -18,8 +18,9 @@ def write(tmp_path, text, name="ratings.csv"):
 
 
 def test_ratings_are_remapped_and_thresholded(tmp_path):
-  path = write(tmp_path, "userId,movieId,rating,timestamp\n"
-               "10,500,4.0,1\n10,7,3.5,2\n99,500,5,3\n\n42,7,1.0,4\n")
+  path = write(
+      tmp_path, "userId,movieId,rating,timestamp\n"
+      "10,500,4.0,1\n10,7,3.5,2\n99,500,5,3\n\n42,7,1.0,4\n")
   data = demo.load_ratings(path)
   np.testing.assert_array_equal(data.users, [0, 0, 1, 2])
   np.testing.assert_array_equal(data.items, [0, 1, 0, 1])
@@ -72,9 +73,11 @@ def test_roc_auc_against_pairs():
 
 def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   out = tmp_path / "out"
-  code = demo.main(["--users", "2000", "--items", "500", "--examples", "60000", "--epochs", "2",
-                    "--batch-size", "512", "--embedding-dim", "8", "--learning-rate", "0.01",
-                    "--out", str(out)])
+  code = demo.main([
+      "--users", "2000", "--items", "500", "--examples", "60000", "--epochs", "2", "--batch-size",
+      "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--out",
+      str(out)
+  ])
   assert code == 0
   printed = capsys.readouterr().out
   assert "| run | AUC | log loss | mean step (ms) | examples/s | speedup vs Adam |" in printed

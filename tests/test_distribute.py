@@ -58,8 +58,7 @@ def worker(flavor):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   cpu = tf.config.list_physical_devices("CPU")[0]
-  tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+  tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   devices = [d.name for d in tf.config.list_logical_devices("CPU")]
   assert len(devices) == 2, devices
 
@@ -82,8 +81,8 @@ def worker(flavor):
   for name in OPTS:
     runs = {}
     for mode in ("one", "mirrored"):
-      strategy = (tf.distribute.MirroredStrategy(devices) if mode == "mirrored"
-                  else tf.distribute.get_strategy())
+      strategy = (tf.distribute.MirroredStrategy(devices) if mode == "mirrored" else
+                  tf.distribute.get_strategy())
       with strategy.scope():
         model = build()
         model.set_weights(init)
@@ -98,18 +97,18 @@ def worker(flavor):
         copies = [np.asarray(c.numpy()) for c in strategy.experimental_local_results(tf_variable)]
         spread = max([spread] + [float(np.abs(c - copies[0]).max()) for c in copies])
       runs[mode] = dict(weights=model.get_weights(), state=_state(opt), replicas=replicas,
-                        iterations=int(opt.iterations.numpy()), spread=spread,
-                        copies=len(copies),
+                        iterations=int(opt.iterations.numpy()), spread=spread, copies=len(copies),
                         factors=[float(f.numpy()) for f in getattr(opt, "clipping_factors", [])])
     one, mirrored = runs["one"], runs["mirrored"]
     emb_before, emb_after = init[0], one["weights"][0]
     results[name] = {
         "replicas": [one["replicas"], mirrored["replicas"]],
         "iterations": [one["iterations"], mirrored["iterations"]],
-        "weights": max(float(np.abs(a - b).max())
-                       for a, b in zip(one["weights"], mirrored["weights"])),
-        "state": max(float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
-                     for a, b in zip(one["state"], mirrored["state"])),
+        "weights": max(
+            float(np.abs(a - b).max()) for a, b in zip(one["weights"], mirrored["weights"])),
+        "state": max(
+            float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+            for a, b in zip(one["state"], mirrored["state"])),
         "state_count": [len(one["state"]), len(mirrored["state"])],
         "replica_copies": mirrored["copies"],
         "replica_spread": mirrored["spread"],
@@ -126,9 +125,10 @@ def results():
   """Runs the three flavors' subprocesses concurrently; {flavor: results}."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("TF_USE_LEGACY_KERAS", None)
-  procs = {f: subprocess.Popen([sys.executable, os.path.abspath(__file__), f], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for f in FLAVORS}
+  procs = {
+      f: subprocess.Popen([sys.executable, os.path.abspath(__file__), f], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for f in FLAVORS
+  }
   out = {}
   for flavor, proc in procs.items():
     stdout, stderr = proc.communicate(timeout=300)

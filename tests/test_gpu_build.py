@@ -46,14 +46,14 @@ TYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 INDEX_TYPES = (tf.int32, tf.int64)
 # op -> (scalar inputs, has Tindices)
 OPS = {
-    "TfOptOps>ResourceSparseApplyLazyAdam":
-        (("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"), True),
-    "TfOptOps>ResourceApplyClippyAdagrad":
-        (("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
-          "absolute_threshold"), False),
-    "TfOptOps>ResourceSparseApplyClippyAdagrad":
-        (("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
-          "absolute_threshold"), True),
+    "TfOptOps>ResourceSparseApplyLazyAdam": (
+        ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"), True),
+    "TfOptOps>ResourceApplyClippyAdagrad": (
+        ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
+         "absolute_threshold"), False),
+    "TfOptOps>ResourceSparseApplyClippyAdagrad": (
+        ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
+         "absolute_threshold"), True),
 }
 
 
@@ -114,8 +114,10 @@ def test_so_needs_only_tensorflow_framework_and_libc():
   out = subprocess.run([_tool("readelf"), "-d", _loader.LIBRARY_PATH], check=True,
                        capture_output=True, text=True).stdout
   needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", out))
-  allowed = {"libtensorflow_framework.so.2", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1",
-             "libc.so.6", "ld-linux-x86-64.so.2", "libdl.so.2", "libpthread.so.0", "librt.so.1"}
+  allowed = {
+      "libtensorflow_framework.so.2", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6",
+      "ld-linux-x86-64.so.2", "libdl.so.2", "libpthread.so.0", "librt.so.1"
+  }
   assert needed <= allowed, f"unexpected NEEDED: {sorted(needed - allowed)}"
   assert "libtensorflow_framework.so.2" in needed
   assert not any("cuda" in n or "cudart" in n for n in needed)
@@ -136,9 +138,10 @@ def test_cuda_runtime_is_static_and_hidden():
 
 @needs_cuda_build
 def test_tensorflow_symbols_come_from_the_framework_only():
-  undefined = {s for s in _dynamic_symbols(_loader.LIBRARY_PATH, "--undefined-only",
-                                           strong_only=True)
-               if "@" not in s}  # versioned: glibc, libstdc++, libgcc
+  undefined = {
+      s for s in _dynamic_symbols(_loader.LIBRARY_PATH, "--undefined-only", strong_only=True)
+      if "@" not in s
+  }  # versioned: glibc, libstdc++, libgcc
   framework = os.path.join(tf.sysconfig.get_lib(), "libtensorflow_framework.so.2")
   provided = {s.split("@")[0] for s in _dynamic_symbols(framework, "--defined-only")}
   missing = sorted(undefined - provided)
@@ -183,8 +186,7 @@ def _case(dtype, rows=20, dim=7, n=30, seed=0):
   rng = np.random.default_rng(seed)
   indices = rng.integers(0, rows, size=n)
   indices[:3] = indices[5]  # duplicates for sure
-  return (rng, indices,
-          reference.random_values(rng, (rows, dim), dtype),
+  return (rng, indices, reference.random_values(rng, (rows, dim), dtype),
           reference.random_values(rng, (n, dim), dtype))
 
 

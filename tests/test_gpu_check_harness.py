@@ -108,9 +108,8 @@ class FakeLib:
     _ref(bad_idx).value = int(idx[bad[0]]) if bad.size else 0
     return idx, bad.size == 0
 
-  def _tfo_sparse_lazy_adam(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_m,
-                            d_v, lr, beta1, beta2, eps, b1p, b2p, scratch, sbytes, bad_pos,
-                            bad_idx):
+  def _tfo_sparse_lazy_adam(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
+                            lr, beta1, beta2, eps, b1p, b2p, scratch, sbytes, bad_pos, bad_idx):
     dt = DTYPES[dtype]
     idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
     if not ok:
@@ -119,8 +118,8 @@ class FakeLib:
     views = [self._view(p, num_rows * dim, dt) for p in (d_var, d_m, d_v)]
     grad = self._view(d_grad, n * dim, dt).reshape(n, dim)
     out = reference.sparse_lazy_adam(*(v.reshape(num_rows, dim) for v in views), grad, idx, dt,
-                                     lr=lr, beta1=beta1, beta2=beta2, epsilon=eps,
-                                     beta1_power=b1p, beta2_power=b2p)
+                                     lr=lr, beta1=beta1, beta2=beta2, epsilon=eps, beta1_power=b1p,
+                                     beta2_power=b2p)
     for view, new in zip(views, out):
       view[:] = new.ravel()
     return 0
@@ -130,8 +129,8 @@ class FakeLib:
                 accumulator_relative_threshold=art, absolute_threshold=at,
                 clip_accumulator_update=bool(clip), use_standard_accumulator_update=bool(std))
 
-  def _tfo_clippy_adagrad(self, dtype, size, d_grad, d_var, d_acc, lr, eps, vrt, art, at, clip,
-                          std, d_scale, scratch, sbytes):
+  def _tfo_clippy_adagrad(self, dtype, size, d_grad, d_var, d_acc, lr, eps, vrt, art, at, clip, std,
+                          d_scale, scratch, sbytes):
     dt = DTYPES[dtype]
     var, acc = self._view(d_var, size, dt), self._view(d_acc, size, dt)
     new = reference.clippy_adagrad(var.copy(), acc.copy(), self._view(d_grad, size, dt), dt,
@@ -140,18 +139,17 @@ class FakeLib:
     self._view(d_scale, 1, reference.compute_type(dt))[:] = new[2]
     return 0
 
-  def _tfo_sparse_clippy_adagrad(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var,
-                                 d_acc, lr, eps, vrt, art, at, clip, std, d_scale, scratch,
-                                 sbytes, bad_pos, bad_idx):
+  def _tfo_sparse_clippy_adagrad(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,
+                                 lr, eps, vrt, art, at, clip, std, d_scale, scratch, sbytes,
+                                 bad_pos, bad_idx):
     dt = DTYPES[dtype]
     idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
     if not ok:
       return 0
     var, acc = (self._view(p, num_rows * dim, dt) for p in (d_var, d_acc))
-    new = reference.sparse_clippy_adagrad(
-        var.reshape(num_rows, dim), acc.reshape(num_rows, dim),
-        self._view(d_grad, n * dim, dt).reshape(n, dim), idx, dt,
-        **self._hyper(lr, eps, vrt, art, at, clip, std))
+    new = reference.sparse_clippy_adagrad(var.reshape(num_rows, dim), acc.reshape(num_rows, dim),
+                                          self._view(d_grad, n * dim, dt).reshape(n, dim), idx, dt,
+                                          **self._hyper(lr, eps, vrt, art, at, clip, std))
     var[:], acc[:] = new[0].ravel(), new[1].ravel()
     self._view(d_scale, 1, reference.compute_type(dt))[:] = new[2]
     return 0
@@ -164,15 +162,14 @@ class FakeLib:
 def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   fake = FakeLib()
   monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path: fake)
-  monkeypatch.setattr(gpu_check, "BENCH_SIZES",
-                      [(4096, 8, 512), (2048, 3, 100), (2048, 3, 100, "zipf")])
+  monkeypatch.setattr(gpu_check, "BENCH_SIZES", [(4096, 8, 512), (2048, 3, 100),
+                                                 (2048, 3, 100, "zipf")])
   monkeypatch.setattr(gpu_check, "TARGET_SIZE", (2048, 3, 100))
   monkeypatch.setattr(gpu_check, "BIG_TABLE_ROWS", 3001)
   monkeypatch.setattr(gpu_check, "BIG_TABLE_DIM", 5)
   monkeypatch.setattr(gpu_check.os.path, "exists", lambda p: True)
   out_json = tmp_path / "out.json"
-  rc = gpu_check.main(["--lib", "fake.so", "--no-torch", "--iters", "2",
-                       "--json", str(out_json)])
+  rc = gpu_check.main(["--lib", "fake.so", "--no-torch", "--iters", "2", "--json", str(out_json)])
   printed = capsys.readouterr().out
   assert rc == 0, printed
   assert "gpu_check: PASSED" in printed

@@ -70,10 +70,11 @@ def test_top_level_names_follow_tf_keras():
 
 
 def test_import_without_tf_keras_installed():
-  code = ("import sys; sys.modules['tf_keras'] = None\n"  # `import tf_keras` now fails
-          "import tf_opt_ops\n"
-          "assert tf_opt_ops.LazyAdam is tf_opt_ops.keras.LazyAdam\n"
-          "assert 'tf_opt_ops.legacy' not in sys.modules\n")
+  code = (
+      "import sys; sys.modules['tf_keras'] = None\n"  # `import tf_keras` now fails
+      "import tf_opt_ops\n"
+      "assert tf_opt_ops.LazyAdam is tf_opt_ops.keras.LazyAdam\n"
+      "assert 'tf_opt_ops.legacy' not in sys.modules\n")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                         cwd=os.path.dirname(os.path.dirname(tf_opt_ops.__file__)), check=False)
@@ -175,15 +176,15 @@ def test_inside_keras_multi_optimizer():
 @pytest.mark.parametrize("opt", OPTS)
 def test_keras_file_round_trip_continues_identically(tmp_path, opt):
   options = dict(export_clipping_factors=True) if opt == "ClippyAdagrad" else {}
-  refs.check_model_file_round_trip(keras, getattr(flavor, opt)(learning_rate=0.05, **options),
+  refs.check_model_file_round_trip(keras,
+                                   getattr(flavor, opt)(learning_rate=0.05, **options),
                                    str(tmp_path / "m.keras"))
 
 
 @pytest.mark.parametrize("opt", OPTS)
 def test_mixed_precision_loss_scale_optimizer(opt):
   inner = getattr(flavor, opt)(learning_rate=0.05)
-  model = refs.check_fit(keras, keras.optimizers.LossScaleOptimizer(inner),
-                         dtype="mixed_float16")
+  model = refs.check_fit(keras, keras.optimizers.LossScaleOptimizer(inner), dtype="mixed_float16")
   assert model.get_layer("emb").embeddings.dtype == "float32"  # float32 master weights
   assert int(inner.iterations.numpy()) == 12
 

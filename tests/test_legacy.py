@@ -95,8 +95,10 @@ def test_clipping_factors_exported():
   # Scalar weights, not slots (a SavedModel's RestoredOptimizer gives every slot
   # its variable's shape), listed after their variable's accumulator.
   assert opt.get_slot_names() == ["accumulator"]
-  assert [v.ref() for v in opt.variables()] == [
-      opt.iterations.ref(), opt.get_slot(var, "accumulator").ref(), factor.ref()]
+  assert [v.ref() for v in opt.variables()
+         ] == [opt.iterations.ref(),
+               opt.get_slot(var, "accumulator").ref(),
+               factor.ref()]
 
 
 def _two_tables():
@@ -120,9 +122,11 @@ def _clippy_state(opt, variables):
 def _clippy_steps(opt, variables, steps, seed):
   rng = np.random.default_rng(seed)
   for _ in range(steps):
-    grads = [tf.IndexedSlices(tf.constant(rng.normal(size=(3, 3)).astype(np.float32)),
-                              tf.constant([0, 2, 0]), tf.constant([6, 3])),
-             tf.constant(rng.normal(size=(4,)).astype(np.float32))]
+    grads = [
+        tf.IndexedSlices(tf.constant(rng.normal(size=(3, 3)).astype(np.float32)),
+                         tf.constant([0, 2, 0]), tf.constant([6, 3])),
+        tf.constant(rng.normal(size=(4,)).astype(np.float32))
+    ]
     opt.apply_gradients(zip(grads, variables))
 
 
@@ -163,8 +167,9 @@ def test_clipping_factors_checkpoint_round_trip(tmp_path, deferred):
     np.testing.assert_array_equal(a, b)
   _clippy_steps(src, src_vars, 2, seed=2)
   _clippy_steps(dst, dst_vars, 2, seed=2)
-  for a, b in zip(_clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
-                  _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):
+  for a, b in zip(
+      _clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
+      _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
   assert int(dst.iterations.numpy()) == 5
 
@@ -182,8 +187,9 @@ def test_clipping_factors_checkpoint_restore_before_first_step(tmp_path):
   _clippy_steps(dst, dst_vars, 2, seed=2)
   status.assert_consumed()
   assert len(dst.variables()) == 5
-  for a, b in zip(_clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
-                  _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):
+  for a, b in zip(
+      _clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
+      _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
@@ -199,7 +205,8 @@ def test_model_file_round_trip_continues_identically(tmp_path, opt):
   # legacy Adam loads with no variables too).
   fmt = "h5"
   options = dict(export_clipping_factors=True) if opt == "ClippyAdagrad" else {}
-  refs.check_model_file_round_trip(tf_keras, getattr(flavor, opt)(learning_rate=0.05, **options),
+  refs.check_model_file_round_trip(tf_keras,
+                                   getattr(flavor, opt)(learning_rate=0.05, **options),
                                    str(tmp_path / f"m.{fmt}"))
 
 
@@ -234,8 +241,10 @@ def test_config_round_trip():
 @pytest.mark.parametrize("name", ["Addons>LazyAdam", "merlin.models>LazyAdam"])
 def test_tfa_and_merlin_serialization_names_resolve(name):
   # What TF Addons' / Merlin's LazyAdam (a legacy Adam) wrote.
-  config = {"name": "LazyAdam", "learning_rate": 0.01, "decay": 0.0, "beta_1": 0.9,
-            "beta_2": 0.999, "epsilon": 1e-7, "amsgrad": False}
+  config = {
+      "name": "LazyAdam", "learning_rate": 0.01, "decay": 0.0, "beta_1": 0.9, "beta_2": 0.999,
+      "epsilon": 1e-7, "amsgrad": False
+  }
   opt = tf_keras.optimizers.deserialize({"class_name": name, "config": config})
   assert type(opt) is flavor.LazyAdam
   assert tf_keras.utils.get_registered_object(name) is flavor.LazyAdam

@@ -34,8 +34,9 @@ def test_missing_library_says_how_to_build(library_at, tmp_path):
 
 
 def test_other_tensorflow_version_names_both():
-  with pytest.raises(ImportError, match=r"built against TensorFlow 2\.19\.0.*runs TensorFlow "
-                     + tf.__version__.replace(".", r"\.")):
+  with pytest.raises(
+      ImportError, match=r"built against TensorFlow 2\.19\.0.*runs TensorFlow " +
+      tf.__version__.replace(".", r"\.")):
     _loader.check_tf_version("2.19.0", tf.__version__)
   _loader.check_tf_version("2.21.0", "2.21.3")  # patch releases keep the kernel ABI
 
@@ -47,12 +48,13 @@ def test_undefined_symbol_becomes_an_import_error(library_at, tmp_path):
   source.write_text("void tf_opt_ops_no_such_symbol(void);\n"
                     "void entry(void) { tf_opt_ops_no_such_symbol(); }\n")
   library = tmp_path / "_tf_opt_ops.so"
-  subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-z,now", "-o", str(library), str(source)],
-                 check=True)
+  subprocess.run(
+      ["gcc", "-shared", "-fPIC", "-Wl,-z,now", "-o",
+       str(library), str(source)], check=True)
   library_at(str(library))
-  with pytest.raises(ImportError,
-                     match="needs a symbol this TensorFlow does not export.*tf_opt_ops_no_such_symbol"
-                     ".*Rebuild"):
+  with pytest.raises(
+      ImportError, match="needs a symbol this TensorFlow does not export.*tf_opt_ops_no_such_symbol"
+      ".*Rebuild"):
     _loader.load_library()
 
 

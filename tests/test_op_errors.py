@@ -43,12 +43,17 @@ BAD_SPARSE_INPUTS = [
     # (case, grad, indices, message fragment)
     ("index past the end", GOOD_GRAD, [0, 2, ROWS], f"indices[2] = {ROWS} is not in [0, {ROWS})"),
     ("negative index", GOOD_GRAD, [1, -1, 3], "indices[1] = -1 is not in [0, 6)"),
-    ("grad rows vs indices", np.ones((2, DIM), np.float32), [0, 1, 2],
-     "grad must have one row per index: grad [2,4] vs indices [3]"),
-    ("grad row shape", np.ones((3, DIM + 1), np.float32), [0, 1, 2],
-     "grad rows must have the shape of var rows: grad [3,5] vs var [6,4]"),
-    ("grad rank", np.ones((3, DIM, 1), np.float32), [0, 1, 2],
-     "grad rows must have the shape of var rows: grad [3,4,1] vs var [6,4]"),
+    ("grad rows vs indices", np.ones(
+        (2, DIM), np.float32), [0, 1,
+                                2], "grad must have one row per index: grad [2,4] vs indices [3]"),
+    ("grad row shape", np.ones(
+        (3, DIM + 1),
+        np.float32), [0, 1,
+                      2], "grad rows must have the shape of var rows: grad [3,5] vs var [6,4]"),
+    ("grad rank", np.ones(
+        (3, DIM, 1),
+        np.float32), [0, 1,
+                      2], "grad rows must have the shape of var rows: grad [3,4,1] vs var [6,4]"),
     ("indices not a vector", GOOD_GRAD, [[0, 1, 2]], "indices must be a vector, got shape [1,3]"),
 ]
 
@@ -101,8 +106,10 @@ def test_non_scalar_hyperparameter(hyper):
   assert_unchanged(before, variables)
 
 
-@pytest.mark.parametrize("hyper", ["lr", "epsilon", "variable_relative_threshold",
-                                   "accumulator_relative_threshold", "absolute_threshold"])
+@pytest.mark.parametrize("hyper", [
+    "lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
+    "absolute_threshold"
+])
 def test_non_scalar_clippy_hyperparameter(hyper):
   var, accum = state(2)
   before = snapshot((var, accum))

@@ -66,8 +66,8 @@ def test_sparse_lazy_adam_matches_reference(dtype, index_dtype, mode):
   untouched_before = numpy_of(var)[UNTOUCHED_ROWS].copy()
   for t, indices in enumerate(STEP_INDICES, start=1):
     grad = random((len(indices), DIM), dtype, 10 + t)
-    expected = op_refs.lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad,
-                                 np.array(indices), t, **hyper)
+    expected = op_refs.lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, np.array(indices),
+                                 t, **hyper)
     run(mode, ops.sparse_lazy_adam, var, m, v, tf.constant(grad, dtype),
         tf.constant(indices, index_dtype), beta_1_power=0.9**t, beta_2_power=0.999**t, **hyper)
     for actual, want in zip((var, m, v), expected):
@@ -80,8 +80,7 @@ def test_lazy_adam_leaves_rows_of_earlier_steps_alone():
   var, m, v = (tf.Variable(tf.zeros((3, 2))) for _ in range(3))
   ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), [0], beta_1_power=0.9, beta_2_power=0.999)
   row0 = [numpy_of(x)[0].copy() for x in (var, m, v)]
-  ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), [2], beta_1_power=0.81,
-                       beta_2_power=0.998)
+  ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), [2], beta_1_power=0.81, beta_2_power=0.998)
   for before, x in zip(row0, (var, m, v)):
     np.testing.assert_array_equal(numpy_of(x)[0], before)
   assert numpy_of(var)[2, 0] != 0
@@ -96,8 +95,8 @@ def test_lazy_adam_many_rows_across_threads():
   m = tf.Variable(tf.zeros((rows, dim)))
   v = tf.Variable(tf.zeros((rows, dim)))
   grad = rng.standard_normal((n, dim)).astype(np.float32)
-  expected = op_refs.lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, indices, 1,
-                               0.001, 0.9, 0.999, 1e-7)
+  expected = op_refs.lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, indices, 1, 0.001,
+                               0.9, 0.999, 1e-7)
   ops.sparse_lazy_adam(var, m, v, grad, indices, beta_1_power=0.9, beta_2_power=0.999)
   for actual, want in zip((var, m, v), expected):
     np.testing.assert_allclose(numpy_of(actual), want, rtol=1e-5, atol=1e-6)
@@ -133,8 +132,8 @@ def test_sparse_clippy_adagrad_matches_reference(dtype, index_dtype, mode, optio
   scales = []
   for t, indices in enumerate(STEP_INDICES, start=1):
     grad = random((len(indices), DIM), dtype, 20 + t, -3, 3)
-    want_var, want_accum, want_scale = op_refs.clippy_adagrad(
-        numpy_of(var), numpy_of(accum), grad, np.array(indices), **options)
+    want_var, want_accum, want_scale = op_refs.clippy_adagrad(numpy_of(var), numpy_of(accum), grad,
+                                                              np.array(indices), **options)
     scale = run(mode, ops.sparse_clippy_adagrad, var, accum, tf.constant(grad, dtype),
                 tf.constant(indices, index_dtype), **options)
     assert scale.dtype == ops.scalar_dtype(dtype)
@@ -161,8 +160,8 @@ def test_dense_clippy_adagrad_matches_reference(dtype, mode, options):
   for t in range(1, 4):
     grad = random(shape, dtype, 30 + t, -3, 3)
     grad.flat[::7] = 0  # zero deltas are left out of the scale
-    want_var, want_accum, want_scale = op_refs.clippy_adagrad(
-        numpy_of(var), numpy_of(accum), grad, **options)
+    want_var, want_accum, want_scale = op_refs.clippy_adagrad(numpy_of(var), numpy_of(accum), grad,
+                                                              **options)
     scale = run(mode, ops.clippy_adagrad, var, accum, tf.constant(grad, dtype), **options)
     rtol, _ = op_refs.tolerance(dtype)
     np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol * 10)

@@ -15,8 +15,10 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
-SECTIONS = ["## Optimizers on every Keras API", "## Migrating: one import",
-            "## Routing optimizers to variables", "## Distributed training and SavedModel"]
+SECTIONS = [
+    "## Optimizers on every Keras API", "## Migrating: one import",
+    "## Routing optimizers to variables", "## Distributed training and SavedModel"
+]
 
 
 def section(title):
@@ -31,8 +33,9 @@ def python_blocks(text):
   return re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M)
 
 
-BLOCKS = [(title, i, code) for title in SECTIONS
-          for i, code in enumerate(python_blocks(section(title)))]
+BLOCKS = [
+    (title, i, code) for title in SECTIONS for i, code in enumerate(python_blocks(section(title)))
+]
 
 
 def test_sections_have_examples():

@@ -23,8 +23,8 @@ try:  # The optimizers of issue 3.
   from tf_opt_ops import keras as k3_ops
   from tf_opt_ops import legacy as legacy_ops
   from tf_opt_ops import tf_keras as tfk_ops
-  HAVE_OURS = all(hasattr(m, n) for m in (k3_ops, tfk_ops, legacy_ops)
-                  for n in ("LazyAdam", "ClippyAdagrad"))
+  HAVE_OURS = all(
+      hasattr(m, n) for m in (k3_ops, tfk_ops, legacy_ops) for n in ("LazyAdam", "ClippyAdagrad"))
 except ImportError:  # pragma: no cover
   HAVE_OURS = False
 
@@ -81,10 +81,13 @@ def _sum_loss(variables, weights=None):
 
 
 def _quadratic(variables):
-  targets = [np.linspace(-1, 1, int(np.prod(v.shape))).reshape(v.shape).astype(np.float32)
-             for v in variables]
-  return lambda: tf.add_n([tf.reduce_sum(tf.square(v - t) * (i + 1))
-                           for i, (v, t) in enumerate(zip(variables, targets))])
+  targets = [
+      np.linspace(-1, 1, int(np.prod(v.shape))).reshape(v.shape).astype(np.float32)
+      for v in variables
+  ]
+  return lambda: tf.add_n([
+      tf.reduce_sum(tf.square(v - t) * (i + 1)) for i, (v, t) in enumerate(zip(variables, targets))
+  ])
 
 
 def _values(variables):
@@ -132,8 +135,11 @@ def test_composite_equals_each_optimizer_alone(f):
 def _dense_model(f, names=("first", "second", "third")):
   lib = f.lib
   inp = lib.Input((3,))
-  layers = [lib.layers.Dense(2, name=names[0]), lib.layers.Dense(2, name=names[1]),
-            lib.layers.Dense(1, name=names[2])]
+  layers = [
+      lib.layers.Dense(2, name=names[0]),
+      lib.layers.Dense(2, name=names[1]),
+      lib.layers.Dense(1, name=names[2])
+  ]
   x = inp
   for layer in layers:
     x = layer(x)
@@ -146,8 +152,10 @@ def _lr_signature(f, model, opt, steps=2):
   before = _values(variables)
   for _ in range(steps):
     _step(opt, variables, _sum_loss(variables))
-  return {router.Flavor.var_path(v): round(float(np.mean((b - v.numpy()) / steps)), 5)
-          for v, b in zip(variables, before)}
+  return {
+      router.Flavor.var_path(v): round(float(np.mean((b - v.numpy()) / steps)), 5)
+      for v, b in zip(variables, before)
+  }
 
 
 @pytest.mark.parametrize("f", FLAVORS, ids=repr)
@@ -155,12 +163,14 @@ def test_multi_optimizer_block_kinds_and_default(f):
   model, (first, second, third) = _dense_model(f)
   sgd = [f.opt.SGD(lr) for lr in (0.1, 0.2, 0.3, 0.4)]
   default = f.opt.SGD(0.5)
-  router_ = f.Multi([
-      f.Blocks(sgd[0], first),  # a layer
-      f.Blocks(sgd[1], [second.kernel]),  # a list of variables
-      f.Blocks(sgd[2], lambda: [third.kernel]),  # a callable returning variables
-      f.Blocks(sgd[3], r"sec.*/bias"),  # a regular expression, matched in full
-  ], default_optimizer=default)
+  router_ = f.Multi(
+      [
+          f.Blocks(sgd[0], first),  # a layer
+          f.Blocks(sgd[1], [second.kernel]),  # a list of variables
+          f.Blocks(sgd[2], lambda: [third.kernel]),  # a callable returning variables
+          f.Blocks(sgd[3], r"sec.*/bias"),  # a regular expression, matched in full
+      ],
+      default_optimizer=default)
   assert router_.optimizers == sgd + [default]
   moved = {}
   for v, lr in zip(model.trainable_variables, [0.1, 0.1, 0.2, 0.4, 0.3, 0.5]):
@@ -182,8 +192,10 @@ def test_multi_optimizer_strings_resolve_in_flavor(f):
   router_ = f.Multi([f.Blocks("adam", first)])
   adam, default = router_.optimizers
   assert type(adam).__name__ == "Adam" and type(default).__name__ == "RMSprop"
-  base = {"keras3": keras.optimizers.Optimizer, "tf_keras": tf_keras.optimizers.Optimizer,
-          "legacy": tf_keras.optimizers.legacy.Optimizer}[f.name]
+  base = {
+      "keras3": keras.optimizers.Optimizer, "tf_keras": tf_keras.optimizers.Optimizer,
+      "legacy": tf_keras.optimizers.legacy.Optimizer
+  }[f.name]
   assert isinstance(adam, base) and isinstance(default, base)
   if f.name == "tf_keras":
     assert not isinstance(adam, tf_keras.optimizers.legacy.Optimizer)
@@ -215,8 +227,7 @@ def test_variable_claimed_twice_raises_naming_both(f):
 @pytest.mark.parametrize("f", FLAVORS, ids=repr)
 def test_update_overrides_and_unresolved_overlap_raises(f):
   model, (first, second, third) = _dense_model(f)
-  a, b, c, d = (f.opt.SGD(lr, name=n) for lr, n in ((0.1, "a"), (0.2, "b"), (0.3, "c"),
-                                                   (0.4, "d")))
+  a, b, c, d = (f.opt.SGD(lr, name=n) for lr, n in ((0.1, "a"), (0.2, "b"), (0.3, "c"), (0.4, "d")))
   multi = f.Multi([f.Blocks(a, [first, second])], default_optimizer=f.opt.SGD(0.5))
   multi.update(f.Blocks(b, second))  # Overrides a for `second`.
   multi.update(f.Blocks(c, second))  # The same block again: replaces the earlier update.
@@ -251,9 +262,10 @@ def test_unclaimed_variable(f):
   np.testing.assert_allclose(w2.numpy(), [1.75], rtol=1e-6)
 
 
-OTHER = {"keras3": lambda: tf_keras.optimizers.legacy.Adam(),
-         "tf_keras": lambda: keras.optimizers.Adam(),
-         "legacy": lambda: tf_keras.optimizers.Adam()}
+OTHER = {
+    "keras3": lambda: tf_keras.optimizers.legacy.Adam(),
+    "tf_keras": lambda: keras.optimizers.Adam(), "legacy": lambda: tf_keras.optimizers.Adam()
+}
 
 
 @pytest.mark.parametrize("f", FLAVORS, ids=repr)
@@ -294,7 +306,6 @@ def test_one_iteration_per_apply_even_if_only_second_optimizer_gets_grads(f):
   step()
   assert int(composite.iterations.numpy()) == 5
   assert int(first.iterations.numpy()) == 2 and int(second.iterations.numpy()) == 5
-
 
 
 # ----------------------------------------------------------------------------- state
@@ -351,8 +362,9 @@ def test_checkpoint_round_trip_mid_training(f, tmp_path):
   path = tf.train.Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "ckpt"))
   _train_loop(model, opt, data, 3, 6)
   keys = [name for name, _ in tf.train.list_variables(path)]
-  assert any("optimizer/default_optimizer/" in k or "OPTIMIZER_SLOT/optimizer/default_optimizer"
-             in k for k in keys), keys
+  assert any(
+      "optimizer/default_optimizer/" in k or "OPTIMIZER_SLOT/optimizer/default_optimizer" in k
+      for k in keys), keys
   assert any("Optimizer0" in k for k in keys)
 
   model2, embs2 = _tower_model(f, seed=11)  # Different initial values.
@@ -425,16 +437,17 @@ def test_h5_round_trip_with_optimizer_state(f, tmp_path):
 def test_config_round_trip(f):
   model, (first, second, third) = _dense_model(f)
   shared = f.opt.Adam(0.02, name="shared")
-  multi = f.Multi([f.Blocks(shared, first), f.Blocks(f.opt.SGD(0.3), r"second/.*"),
-                   f.Blocks(shared, lambda: [third.bias])],
-                  default_optimizer=f.opt.Adagrad(0.4))
+  multi = f.Multi([
+      f.Blocks(shared, first),
+      f.Blocks(f.opt.SGD(0.3), r"second/.*"),
+      f.Blocks(shared, lambda: [third.bias])
+  ], default_optimizer=f.opt.Adagrad(0.4))
   multi.update(f.Blocks(f.opt.SGD(0.7), first.bias))
   config = multi.get_config()
   restored = type(multi).from_config(config)
   assert restored.get_config() == config
   assert [type(o) for o in restored.optimizers] == [type(o) for o in multi.optimizers]
-  assert [o.get_config() for o in restored.optimizers] == [
-      o.get_config() for o in multi.optimizers]
+  assert [o.get_config() for o in restored.optimizers] == [o.get_config() for o in multi.optimizers]
   assert len(restored.optimizers) == 4  # `shared` stays one optimizer.
   # The restored router routes the same model's variables the same way.
   model2, _ = _dense_model(f)
@@ -454,9 +467,9 @@ def test_config_round_trip(f):
   restored = type(composite).from_config(config)
   assert restored.get_config() == config
   serialize = keras.optimizers.serialize if f.lib is keras else tf_keras.optimizers.serialize
-  deserialize = (keras.optimizers.deserialize if f.lib is keras else
-                 lambda c: tf_keras.optimizers.deserialize(
-                     c, use_legacy_optimizer=f.name == "legacy"))
+  deserialize = (
+      keras.optimizers.deserialize if f.lib is keras else
+      lambda c: tf_keras.optimizers.deserialize(c, use_legacy_optimizer=f.name == "legacy"))
   again = deserialize(serialize(multi))
   assert type(again) is type(multi) and again.get_config() == multi.get_config()
 
@@ -572,8 +585,10 @@ def test_mirrored_strategy_matches_single_device():
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   here = os.path.dirname(os.path.abspath(__file__))
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [os.path.join(os.path.dirname(here), "python"), here, os.environ.get("PYTHONPATH", "")]))
+  env = dict(
+      os.environ, PYTHONPATH=os.pathsep.join(
+          [os.path.join(os.path.dirname(here), "python"), here,
+           os.environ.get("PYTHONPATH", "")]))
   proc = subprocess.run([sys.executable, "-c", _MIRRORED_SCRIPT], env=env, cwd=here,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -610,17 +625,19 @@ def test_learning_rate_setter_and_add_after_build(f):
 
 def test_merlin_multi_optimizer_config_loads_into_legacy_router():
   # What Merlin Models' MultiOptimizer.get_config() writes (blocks are serialized layers).
-  adam = {"class_name": "Adam", "config": {"name": "Adam", "learning_rate": 0.01},
-          "use_legacy_optimizer": True}
+  adam = {
+      "class_name": "Adam", "config": {"name": "Adam", "learning_rate": 0.01},
+      "use_legacy_optimizer": True
+  }
   sgd = {"class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.3}}
   merlin = {
       "name": "MultiOptimizer",
       "default_optimizer": {"class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.5}},
       "optimizers_and_blocks": [[adam, [{"class_name": "Dense", "config": {"name": "first"}}]],
                                 [sgd, [{"class_name": "Dense", "config": {"name": "second"}}]]],
-      "update_optimizers_and_blocks": [
-          [{"class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.2}},
-           [{"class_name": "Dense", "config": {"name": "second"}}]]],
+      "update_optimizers_and_blocks":
+          [[{"class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.2}},
+            [{"class_name": "Dense", "config": {"name": "second"}}]]],
   }
   cls = tf_keras.utils.get_registered_object("merlin.models>MultiOptimizer")
   assert cls is LEG.Multi
@@ -695,9 +712,10 @@ def test_tfrs_composite_checkpoint_compatibility():
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   here = os.path.dirname(os.path.abspath(__file__))
-  env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=os.pathsep.join([os.path.join(os.path.dirname(here), "python"),
-                                         os.environ.get("PYTHONPATH", "")]))
+  env = dict(
+      os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
+          [os.path.join(os.path.dirname(here), "python"),
+           os.environ.get("PYTHONPATH", "")]))
   proc = subprocess.run([sys.executable, "-c", _TFRS_SCRIPT], env=env, cwd=here,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -80,8 +80,9 @@ def make_trainer(flavor, opt_name):
       if flavor != "legacy":  # OptimizerV2 creates its slots in the first step
         optimizer.build(model.trainable_variables)
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.int32),
-                                  tf.TensorSpec([None, 1], tf.float32)])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, 3], tf.int32),
+                         tf.TensorSpec([None, 1], tf.float32)])
     def train(self, ids, labels):
       variables = self.model.trainable_variables
       with tf.GradientTape() as tape:
@@ -93,8 +94,10 @@ def make_trainer(flavor, opt_name):
     def state(self):
       """Every model and optimizer variable, by a stable key."""
       out = {f"model_{i}": tf.convert_to_tensor(v) for i, v in enumerate(self.model.weights)}
-      out.update({f"opt_{i}": tf.convert_to_tensor(v)
-                  for i, v in enumerate(optimizer_variables(self.optimizer))})
+      out.update({
+          f"opt_{i}": tf.convert_to_tensor(v)
+          for i, v in enumerate(optimizer_variables(self.optimizer))
+      })
       return out
 
   class Serving(tf.Module):
@@ -170,9 +173,10 @@ def spawn(role, arg):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("PYTHONPATH", None)  # no route to tf_opt_ops unless the role adds it
   env.pop("TF_USE_LEGACY_KERAS", None)
-  return subprocess.Popen([sys.executable, os.path.abspath(__file__), role, json.dumps(arg)],
-                          env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+  return subprocess.Popen(
+      [sys.executable, os.path.abspath(__file__), role,
+       json.dumps(arg)], env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True)
 
 
 def collect(proc):
@@ -204,10 +208,14 @@ def runs(tmp_path_factory):
       tf.saved_model.save(serving, serve_path, signatures={"serving_default": serving.serve})
       served_here = serving.serve(tf.constant(SERVE_IDS))["score"].numpy()
     losses = train(trainer, batches(SAVED_STEPS, MORE_STEPS))  # this process goes on
-    here[case] = {"saved": saved_state, "after": numpy_state(trainer), "losses": losses,
-                  "optimizer": trainer.optimizer}
-  procs = {"continue": spawn("continue", train_paths), "serve": spawn("serve", serve_path),
-           "no_library": spawn("no_library", train_paths)}
+    here[case] = {
+        "saved": saved_state, "after": numpy_state(trainer), "losses": losses,
+        "optimizer": trainer.optimizer
+    }
+  procs = {
+      "continue": spawn("continue", train_paths), "serve": spawn("serve", serve_path),
+      "no_library": spawn("no_library", train_paths)
+  }
   there = {role: collect(proc) for role, proc in procs.items()}
   return {"here": here, "there": there, "served_here": served_here}
 
@@ -229,8 +237,10 @@ def test_loaded_training_step_continues_with_the_same_numbers(runs, flavor, opt_
   for key, value in here["saved"].items():
     np.testing.assert_array_equal(np.asarray(there["before"][key], value.dtype), value,
                                   err_msg=f"{key} as loaded")
-  iteration = [k for k in here["after"] if here["after"][k].shape == ()
-               and int(here["after"][k]) == SAVED_STEPS + MORE_STEPS]
+  iteration = [
+      k for k in here["after"]
+      if here["after"][k].shape == () and int(here["after"][k]) == SAVED_STEPS + MORE_STEPS
+  ]
   assert iteration, "no iteration counter at SAVED_STEPS + MORE_STEPS"
   worst = 0.0
   for key, value in here["after"].items():
@@ -256,8 +266,8 @@ def test_loaded_training_step_continues_with_the_same_numbers(runs, flavor, opt_
     for key in keys:
       assert here["saved"][key].shape == ()
       assert float(there["before"][key]) == float(here["saved"][key]), key
-      np.testing.assert_allclose(float(there["after"][key]), float(here["after"][key]),
-                                 rtol=0, atol=1e-6, err_msg=key)
+      np.testing.assert_allclose(float(there["after"][key]), float(here["after"][key]), rtol=0,
+                                 atol=1e-6, err_msg=key)
     assert [float(here["after"][k]) for k in keys] == factors
     assert any(float(here["after"][k]) != float(here["saved"][k]) for k in keys)
 

@@ -96,7 +96,7 @@ def test_learning_rate_schedule():
   ref = refs.ClippyRef(init)
   for k, (values, idx) in enumerate(refs.sparse_batches(3, refs.ROWS, refs.COLS, refs.BATCH)):
     opt.apply_gradients([(tf.IndexedSlices(tf.constant(values), tf.constant(idx)), var)])
-    ref.lr = 0.1 * 0.5 ** k
+    ref.lr = 0.1 * 0.5**k
     ref.sparse(values, idx)
   np.testing.assert_allclose(var.numpy(), ref.var, rtol=1e-5, atol=1e-6)
 
@@ -139,7 +139,8 @@ def test_model_fit_with_embedding(opt, jit_compile):
 @pytest.mark.parametrize("opt", OPTS)
 def test_model_file_round_trip_continues_identically(tmp_path, opt, fmt):
   options = dict(export_clipping_factors=True) if opt == "ClippyAdagrad" else {}
-  refs.check_model_file_round_trip(tf_keras, getattr(flavor, opt)(learning_rate=0.05, **options),
+  refs.check_model_file_round_trip(tf_keras,
+                                   getattr(flavor, opt)(learning_rate=0.05, **options),
                                    str(tmp_path / f"m.{fmt}"))
 
 
@@ -172,13 +173,14 @@ def test_config_round_trip():
 
 def test_tfrs_serialization_name_resolves():
   # What TFRS' ClippyAdagrad.get_config wrote (no use_standard_accumulator_update).
-  config = {"name": "ClippyAdagrad", "weight_decay": 0, "clipnorm": None,
-            "global_clipnorm": None, "clipvalue": None, "use_ema": False, "ema_momentum": 0.99,
-            "ema_overwrite_frequency": None, "jit_compile": False, "is_legacy_optimizer": False,
-            "learning_rate": 0.01, "initial_accumulator_value": 0.1,
-            "variable_relative_threshold": 0.1, "absolute_threshold": 1e-7,
-            "accumulator_relative_threshold": 0.0, "epsilon": 1e-7,
-            "export_clipping_factors": True, "clip_accumulator_update": True}
+  config = {
+      "name": "ClippyAdagrad", "weight_decay": 0, "clipnorm": None, "global_clipnorm": None,
+      "clipvalue": None, "use_ema": False, "ema_momentum": 0.99, "ema_overwrite_frequency": None,
+      "jit_compile": False, "is_legacy_optimizer": False, "learning_rate": 0.01,
+      "initial_accumulator_value": 0.1, "variable_relative_threshold": 0.1,
+      "absolute_threshold": 1e-7, "accumulator_relative_threshold": 0.0, "epsilon": 1e-7,
+      "export_clipping_factors": True, "clip_accumulator_update": True
+  }
   opt = tf_keras.optimizers.deserialize({"class_name": "Custom>ClippyAdagrad", "config": config})
   assert type(opt) is flavor.ClippyAdagrad
   assert opt.clip_accumulator_update and opt.export_clipping_factors

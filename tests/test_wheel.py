@@ -37,8 +37,8 @@ def test_wheel_installs_into_a_fresh_virtualenv(tmp_path):
                         check=True, capture_output=True, text=True).stdout.strip()
   with open(os.path.join(site, "test_environment.pth"), "w") as f:
     f.write(sysconfig.get_paths()["purelib"] + "\n")
-  subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", built_wheel()],
-                 check=True)
+  subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                  built_wheel()], check=True)
   check = textwrap.dedent(f"""
       import os, numpy as np, tensorflow as tf
       import tf_opt_ops
@@ -55,7 +55,7 @@ def test_wheel_installs_into_a_fresh_virtualenv(tmp_path):
   """)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   env.pop("PYTHONPATH", None)
-  result = subprocess.run([python, "-I", "-c", check], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+  result = subprocess.run([python, "-I", "-c", check], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "wheel ok" in result.stdout

@@ -11,8 +11,8 @@ import sys
 import tempfile
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "python"))
+sys.path.insert(0,
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=wrong-import-position
@@ -69,13 +69,13 @@ def state(opt):
 
 OPTION_GRID = [
     dict(clip_accumulator_update=c, use_standard_accumulator_update=s, export_clipping_factors=e,
-         **t)
-    for (c, s), e, t in itertools.product(
-        [(False, False), (True, False), (False, True)], [False, True],
-        [dict(learning_rate=0.1),
-         dict(learning_rate=0.5, variable_relative_threshold=0.01,
-              accumulator_relative_threshold=1e-3, absolute_threshold=1e-4,
-              initial_accumulator_value=0.01, epsilon=1e-6)])
+         **t) for (c, s), e, t in itertools.product([(False, False), (True, False), (
+             False, True)], [False, True], [
+                 dict(learning_rate=0.1),
+                 dict(learning_rate=0.5, variable_relative_threshold=0.01,
+                      accumulator_relative_threshold=1e-3, absolute_threshold=1e-4,
+                      initial_accumulator_value=0.01, epsilon=1e-6)
+             ])
 ]
 
 

@@ -21,42 +21,42 @@ constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dens
 // `length(k)` elements of var/accum from `offset(k)` and of the gradient
 // from `grad_offset(k)`. Returns the scale.
 template <typename T, typename G, typename Offset, typename Length, typename GradOffset>
-ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* grad,
-                            int64_t count, int64_t span, Offset offset, Length length,
-                            GradOffset grad_offset, const ClippyStep<ComputeT<T>>& step) {
+ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* grad, int64_t count,
+                            int64_t span, Offset offset, Length length, GradOffset grad_offset,
+                            const ClippyStep<ComputeT<T>>& step) {
   using C = ComputeT<T>;
   std::mutex mu;
   C min_ratio = C(1);
-  ForEachItem(
-      ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
-      [&](int64_t begin, int64_t end) {
-        C local = C(1);
-        for (int64_t k = begin; k < end; ++k) {
-          if (k + kPrefetchRows < end) {
-            const int64_t ahead = offset(k + kPrefetchRows);
-            PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
-            PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
-          }
-          const int64_t o = offset(k);
-          local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step, local);
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        min_ratio = NanMin<C>(min_ratio, local);
-      });
+  ForEachItem(ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
+              [&](int64_t begin, int64_t end) {
+                C local = C(1);
+                for (int64_t k = begin; k < end; ++k) {
+                  if (k + kPrefetchRows < end) {
+                    const int64_t ahead = offset(k + kPrefetchRows);
+                    PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
+                    PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
+                  }
+                  const int64_t o = offset(k);
+                  local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step,
+                                         local);
+                }
+                std::lock_guard<std::mutex> lock(mu);
+                min_ratio = NanMin<C>(min_ratio, local);
+              });
   const C scale = ClippyScale<C>(min_ratio);
-  ForEachItem(
-      ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
-      [&](int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k) {
-          if (k + kPrefetchRows < end) {
-            const int64_t ahead = offset(k + kPrefetchRows);
-            PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
-            PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
-          }
-          const int64_t o = offset(k);
-          ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
-        }
-      });
+  ForEachItem(ctx, count,
+              Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
+              [&](int64_t begin, int64_t end) {
+                for (int64_t k = begin; k < end; ++k) {
+                  if (k + kPrefetchRows < end) {
+                    const int64_t ahead = offset(k + kPrefetchRows);
+                    PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
+                    PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
+                  }
+                  const int64_t o = offset(k);
+                  ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
+                }
+              });
   return scale;
 }
 
@@ -66,15 +66,15 @@ namespace functor {
 
 template <typename T>
 struct ApplyClippyAdagrad<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var,
-                          Tensor* accum, const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var, Tensor* accum,
+                          const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
     // The dense variable as contiguous blocks, whatever its shape.
     const int64_t n = var->NumElements();
     const auto offset = [](int64_t k) { return k * kBlock; };
     const auto length = [n](int64_t k) { return std::min(kBlock, n - k * kBlock); };
-    scale->scalar<ComputeT<T>>()() = ClippyTwoPasses(
-        ctx, var->flat<T>().data(), accum->flat<T>().data(), grad.flat<T>().data(),
-        (n + kBlock - 1) / kBlock, kBlock, offset, length, offset, step);
+    scale->scalar<ComputeT<T>>()() =
+        ClippyTwoPasses(ctx, var->flat<T>().data(), accum->flat<T>().data(), grad.flat<T>().data(),
+                        (n + kBlock - 1) / kBlock, kBlock, offset, length, offset, step);
     return absl::OkStatus();
   }
 };
@@ -109,15 +109,14 @@ struct SparseApplyClippyAdagrad<CPUDevice, T, Tindex> {
 // device memory) carries it from pass 1 to pass 2, no host round trip.
 template <typename T>
 struct ApplyClippyAdagrad<GPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var,
-                          Tensor* accum, const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var, Tensor* accum,
+                          const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
     const size_t bytes = gpu::DenseScratchBytes(GpuDType<T>());
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     return GpuStatus(gpu::ApplyClippyAdagrad(GpuDType<T>(), var->NumElements(), grad.data(),
-                                             var->data(), accum->data(), Widen(step),
-                                             scale->data(), scratch.data(), bytes,
-                                             GpuStream(ctx)),
+                                             var->data(), accum->data(), Widen(step), scale->data(),
+                                             scratch.data(), bytes, GpuStream(ctx)),
                      "ApplyClippyAdagrad");
   }
 };
@@ -137,11 +136,11 @@ struct SparseApplyClippyAdagrad<GPUDevice, T, Tindex> {
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     gpu::IndexError bad;
-    TF_RETURN_IF_ERROR(GpuStatus(
-        gpu::SparseApplyClippyAdagrad(GpuDType<T>(), rows, grad.data(), var->data(),
-                                      accum->data(), Widen(step), scale->data(), scratch.data(),
-                                      bytes, GpuStream(ctx), &bad),
-        "SparseApplyClippyAdagrad"));
+    TF_RETURN_IF_ERROR(
+        GpuStatus(gpu::SparseApplyClippyAdagrad(GpuDType<T>(), rows, grad.data(), var->data(),
+                                                accum->data(), Widen(step), scale->data(),
+                                                scratch.data(), bytes, GpuStream(ctx), &bad),
+                  "SparseApplyClippyAdagrad"));
     if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
     return absl::OkStatus();
   }
@@ -160,23 +159,23 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
   explicit ClippyAdagradOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_accumulator_update", &clip_accumulator_update_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_standard_accumulator_update",
-                                     &use_standard_accumulator_update_));
-    OP_REQUIRES(ctx, !(clip_accumulator_update_ && use_standard_accumulator_update_),
-                InvalidArgument(
-                    "clip_accumulator_update and use_standard_accumulator_update cannot both "
-                    "be true: set at most one of them."));
+    OP_REQUIRES_OK(
+        ctx, ctx->GetAttr("use_standard_accumulator_update", &use_standard_accumulator_update_));
+    OP_REQUIRES(
+        ctx, !(clip_accumulator_update_ && use_standard_accumulator_update_),
+        InvalidArgument("clip_accumulator_update and use_standard_accumulator_update cannot both "
+                        "be true: set at most one of them."));
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
     LockedVariables<Device, T> vars;
-    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/kSparse, {0, 1},
-                                     {"var", "accum"}));
+    OP_REQUIRES_OK(ctx,
+                   vars.Acquire(ctx, use_locking_, /*sparse=*/kSparse, {0, 1}, {"var", "accum"}));
     ClippyStep<C> step;
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 2, "lr", &step.lr));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "epsilon", &step.epsilon));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 4, "variable_relative_threshold",
-                                   &step.variable_relative_threshold));
+    OP_REQUIRES_OK(
+        ctx, ReadScalar(ctx, 4, "variable_relative_threshold", &step.variable_relative_threshold));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 5, "accumulator_relative_threshold",
                                    &step.accumulator_relative_threshold));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 6, "absolute_threshold", &step.absolute_threshold));
@@ -197,8 +196,8 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
     } else {
       OP_REQUIRES_OK(ctx, ValidateDenseGrad(*vars.tensor(0), grad));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
-      OP_REQUIRES_OK(ctx, functor::ApplyClippyAdagrad<Device, T>()(
-                              ctx, grad, vars.tensor(0), vars.tensor(1), step, scale));
+      OP_REQUIRES_OK(ctx, functor::ApplyClippyAdagrad<Device, T>()(ctx, grad, vars.tensor(0),
+                                                                   vars.tensor(1), step, scale));
     }
   }
 
@@ -212,7 +211,7 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
 
 template <typename Device, typename T, typename Tindex, bool kSparse>
 absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernelContext* ctx,
-                                                                         Tensor* scale) {
+                                                                        Tensor* scale) {
 #if GOOGLE_CUDA
   if constexpr (std::is_same_v<Device, GPUDevice>) {  // scale is in device memory
     return GpuStatus(gpu::SetScaleToOne(GpuDType<T>(), scale->data(), GpuStream(ctx)),
@@ -223,23 +222,23 @@ absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernel
   return absl::OkStatus();
 }
 
-#define TF_OPT_OPS_REGISTER_CPU(T)                                                      \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceApplyClippyAdagrad")                   \
-                              .Device(tensorflow::DEVICE_CPU)                           \
-                              .TypeConstraint<T>("T")                                   \
-                              .TypeConstraint<ComputeT<T>>("Tscalar"),                  \
-                          ClippyAdagradOp<CPUDevice, T, int32_t, false>);               \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad")             \
-                              .Device(tensorflow::DEVICE_CPU)                           \
-                              .TypeConstraint<T>("T")                                   \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")                   \
-                              .TypeConstraint<int32_t>("Tindices"),                     \
-                          ClippyAdagradOp<CPUDevice, T, int32_t, true>);                \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad")             \
-                              .Device(tensorflow::DEVICE_CPU)                           \
-                              .TypeConstraint<T>("T")                                   \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")                   \
-                              .TypeConstraint<int64_t>("Tindices"),                     \
+#define TF_OPT_OPS_REGISTER_CPU(T)                                          \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceApplyClippyAdagrad")       \
+                              .Device(tensorflow::DEVICE_CPU)               \
+                              .TypeConstraint<T>("T")                       \
+                              .TypeConstraint<ComputeT<T>>("Tscalar"),      \
+                          ClippyAdagradOp<CPUDevice, T, int32_t, false>);   \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
+                              .Device(tensorflow::DEVICE_CPU)               \
+                              .TypeConstraint<T>("T")                       \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
+                              .TypeConstraint<int32_t>("Tindices"),         \
+                          ClippyAdagradOp<CPUDevice, T, int32_t, true>);    \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
+                              .Device(tensorflow::DEVICE_CPU)               \
+                              .TypeConstraint<T>("T")                       \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
+                              .TypeConstraint<int64_t>("Tindices"),         \
                           ClippyAdagradOp<CPUDevice, T, int64_t, true>);
 TF_CALL_half(TF_OPT_OPS_REGISTER_CPU);
 TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_CPU);
@@ -250,27 +249,25 @@ TF_CALL_double(TF_OPT_OPS_REGISTER_CPU);
 #if GOOGLE_CUDA
 // The hyperparameters are read on the host (HostMemory); var, accum, grad,
 // indices and the scale output stay on the device.
-#define TF_OPT_OPS_CLIPPY_GPU(name, T)                     \
-  Name(name)                                               \
-      .Device(tensorflow::DEVICE_GPU)                      \
-      .HostMemory("lr")                                    \
-      .HostMemory("epsilon")                               \
-      .HostMemory("variable_relative_threshold")           \
-      .HostMemory("accumulator_relative_threshold")        \
-      .HostMemory("absolute_threshold")                    \
-      .TypeConstraint<T>("T")                              \
+#define TF_OPT_OPS_CLIPPY_GPU(name, T)              \
+  Name(name)                                        \
+      .Device(tensorflow::DEVICE_GPU)               \
+      .HostMemory("lr")                             \
+      .HostMemory("epsilon")                        \
+      .HostMemory("variable_relative_threshold")    \
+      .HostMemory("accumulator_relative_threshold") \
+      .HostMemory("absolute_threshold")             \
+      .TypeConstraint<T>("T")                       \
       .TypeConstraint<ComputeT<T>>("Tscalar")
-#define TF_OPT_OPS_REGISTER_GPU(T)                                                           \
-  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),   \
-                          ClippyAdagradOp<GPUDevice, T, int32_t, false>);                    \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T)                  \
-          .TypeConstraint<int32_t>("Tindices"),                                              \
-      ClippyAdagradOp<GPUDevice, T, int32_t, true>);                                         \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T)                  \
-          .TypeConstraint<int64_t>("Tindices"),                                              \
-      ClippyAdagradOp<GPUDevice, T, int64_t, true>);
+#define TF_OPT_OPS_REGISTER_GPU(T)                                                              \
+  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),      \
+                          ClippyAdagradOp<GPUDevice, T, int32_t, false>);                       \
+  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
+                              .TypeConstraint<int32_t>("Tindices"),                             \
+                          ClippyAdagradOp<GPUDevice, T, int32_t, true>);                        \
+  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
+                              .TypeConstraint<int64_t>("Tindices"),                             \
+                          ClippyAdagradOp<GPUDevice, T, int64_t, true>);
 TF_CALL_half(TF_OPT_OPS_REGISTER_GPU);
 TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_GPU);
 TF_CALL_float(TF_OPT_OPS_REGISTER_GPU);

@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const int64_t offset = row * dim;  // 64-bit: tables past 2^31 elements
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       const C g = SummedGrad<C>(rows, grad, begin, end, j);
-      local = NanMin<C>(local, ClippyRatioElement<T, C>(var + offset + j, accum + offset + j, g,
-                                                        step));
+      local =
+          NanMin<C>(local, ClippyRatioElement<T, C>(var + offset + j, accum + offset + j, g, step));
     }
   });
   local = BlockNanMin<C>(local);
@@ -132,11 +132,11 @@ int SparseApplyClippyAdagrad(DType dtype, const SparseRows& rows, const void* gr
     using C = ComputeT<T>;
     const ClippyStep<C> c_step = CastStep<C>(step);
     const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
-    SparseRatioKernel<T><<<launch.grid, launch.block, 0, s>>>(
-        sorted, static_cast<const T*>(grad), static_cast<const T*>(var), static_cast<T*>(accum),
-        c_step);
-    FinalScaleKernel<C><<<1, kThreadsPerBlock, 0, s>>>(sorted.partials, launch.grid.x,
-                                                         static_cast<C*>(scale));
+    SparseRatioKernel<T><<<launch.grid, launch.block, 0, s>>>(sorted, static_cast<const T*>(grad),
+                                                              static_cast<const T*>(var),
+                                                              static_cast<T*>(accum), c_step);
+    FinalScaleKernel<C>
+        <<<1, kThreadsPerBlock, 0, s>>>(sorted.partials, launch.grid.x, static_cast<C*>(scale));
     SparseApplyKernel<T><<<launch.grid, launch.block, 0, s>>>(
         sorted, static_cast<const T*>(grad), static_cast<T*>(var), static_cast<T*>(accum), c_step,
         static_cast<const C*>(scale));

@@ -4,12 +4,12 @@
 
 namespace tf_opt_ops {
 
-#define TF_OPT_OPS_CLIPPY_ATTRS                                         \
-  Attr("T: {half, bfloat16, float, double}")                           \
-      .Attr("Tscalar: {float, double}")                                 \
-      .Attr("use_locking: bool = false")                                \
-      .Attr("clip_accumulator_update: bool = false")                    \
-      .Attr("use_standard_accumulator_update: bool = false")            \
+#define TF_OPT_OPS_CLIPPY_ATTRS                              \
+  Attr("T: {half, bfloat16, float, double}")                 \
+      .Attr("Tscalar: {float, double}")                      \
+      .Attr("use_locking: bool = false")                     \
+      .Attr("clip_accumulator_update: bool = false")         \
+      .Attr("use_standard_accumulator_update: bool = false") \
       .Output("scale: Tscalar")
 
 REGISTER_OP("TfOptOps>ResourceApplyClippyAdagrad")
@@ -53,8 +53,7 @@ REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagrad")
     .Input("absolute_threshold: Tscalar")
     .Input("grad: T")
     .Input("indices: Tindices")
-    .TF_OPT_OPS_CLIPPY_ATTRS
-    .Attr("Tindices: {int32, int64}")
+    .TF_OPT_OPS_CLIPPY_ATTRS.Attr("Tindices: {int32, int64}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle var;
       TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6}, &var));

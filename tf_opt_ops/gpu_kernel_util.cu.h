@@ -55,9 +55,9 @@ int DispatchIndex(IndexType type, F&& f) {
 
 template <typename C>
 AdamStep<C> CastStep(const AdamStep<double>& s) {
-  return AdamStep<C>{static_cast<C>(s.lr_t),  static_cast<C>(s.beta1),
-                     static_cast<C>(s.one_minus_beta1), static_cast<C>(s.beta2),
-                     static_cast<C>(s.one_minus_beta2), static_cast<C>(s.epsilon)};
+  return AdamStep<C>{
+      static_cast<C>(s.lr_t),  static_cast<C>(s.beta1),           static_cast<C>(s.one_minus_beta1),
+      static_cast<C>(s.beta2), static_cast<C>(s.one_minus_beta2), static_cast<C>(s.epsilon)};
 }
 
 template <typename C>

@@ -42,9 +42,9 @@ struct DenseUpdate<Eigen::GpuDevice, T, ASSIGN> {
 }  // namespace tensorflow
 #endif  // GOOGLE_CUDA
 
-#include "tensorflow/core/kernels/training_op_helpers.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
 #include "tf_opt_ops/huge_pages.h"
 #include "tf_opt_ops/optimizer_math.h"
 #include "tf_opt_ops/row_groups.h"
@@ -73,40 +73,38 @@ class LockedVariables {
   // `inputs` are the input positions of the resource variables; `names` name
   // them in errors. `sparse` as in MaybeLockVariableInputMutexesInOrder.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
-                       const std::vector<int>& inputs,
-                       const std::vector<const char*>& names) {
+                       const std::vector<int>& inputs, const std::vector<const char*>& names) {
     for (size_t k = 0; k < inputs.size(); ++k) {
       tensorflow::core::RefCountPtr<tensorflow::Var> var;
       if (!tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, inputs[k]), &var)
                .ok()) {
-        return InvalidArgument(
-            names[k], " is an uninitialized or deleted variable (input ", inputs[k], " of ",
-            ctx->op_kernel().name(), "): initialize it before applying the optimizer.");
+        return InvalidArgument(names[k], " is an uninitialized or deleted variable (input ",
+                               inputs[k], " of ", ctx->op_kernel().name(),
+                               "): initialize it before applying the optimizer.");
       }
     }
-    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(
-        ctx, use_locking, sparse, inputs));
+    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(ctx, use_locking,
+                                                                              sparse, inputs));
     tensors_.resize(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
       TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<Device, T>(
           ctx, inputs[k], use_locking, sparse, &tensors_[k]));
       if (!tensors_[k].IsInitialized()) {
-        return InvalidArgument(
-            names[k], " is uninitialized (input ", inputs[k], " of ", ctx->op_kernel().name(),
-            "): initialize it before applying the optimizer.");
+        return InvalidArgument(names[k], " is uninitialized (input ", inputs[k], " of ",
+                               ctx->op_kernel().name(),
+                               "): initialize it before applying the optimizer.");
       }
     }
     for (size_t k = 1; k < inputs.size(); ++k) {
       if (!tensors_[0].shape().IsSameSize(tensors_[k].shape())) {
-        return InvalidArgument(
-            names[k], " must have the shape of ", names[0], ": ", names[k], " ",
-            tensors_[k].shape().DebugString(), " vs ", names[0], " ",
-            tensors_[0].shape().DebugString());
+        return InvalidArgument(names[k], " must have the shape of ", names[0], ": ", names[k], " ",
+                               tensors_[k].shape().DebugString(), " vs ", names[0], " ",
+                               tensors_[0].shape().DebugString());
       }
     }
     if (!TensorShapeUtils::IsVectorOrHigher(tensors_[0].shape())) {
       return InvalidArgument(names[0], " must be at least 1-D, got ",
-                                                 tensors_[0].shape().DebugString());
+                             tensors_[0].shape().DebugString());
     }
     return absl::OkStatus();
   }
@@ -150,8 +148,7 @@ template <typename C>
 absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* out) {
   const Tensor& t = ctx->input(input);
   if (!TensorShapeUtils::IsScalar(t.shape())) {
-    return InvalidArgument(name, " must be a scalar, got shape ",
-                                               t.shape().DebugString());
+    return InvalidArgument(name, " must be a scalar, got shape ", t.shape().DebugString());
   }
   *out = t.scalar<C>()();
   return absl::OkStatus();
@@ -161,31 +158,27 @@ absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* ou
 inline absl::Status ValidateSparseGrad(const Tensor& var, const Tensor& grad,
                                        const Tensor& indices) {
   if (!TensorShapeUtils::IsVector(indices.shape())) {
-    return InvalidArgument("indices must be a vector, got shape ",
-                                               indices.shape().DebugString());
+    return InvalidArgument("indices must be a vector, got shape ", indices.shape().DebugString());
   }
   if (grad.dims() < 1 || grad.dim_size(0) != indices.dim_size(0)) {
-    return InvalidArgument(
-        "grad must have one row per index: grad ", grad.shape().DebugString(), " vs indices ",
-        indices.shape().DebugString());
+    return InvalidArgument("grad must have one row per index: grad ", grad.shape().DebugString(),
+                           " vs indices ", indices.shape().DebugString());
   }
   bool rows_match = grad.dims() == var.dims();
   for (int d = 1; rows_match && d < var.dims(); ++d) {
     rows_match = grad.dim_size(d) == var.dim_size(d);
   }
   if (!rows_match) {
-    return InvalidArgument(
-        "grad rows must have the shape of var rows: grad ", grad.shape().DebugString(),
-        " vs var ", var.shape().DebugString());
+    return InvalidArgument("grad rows must have the shape of var rows: grad ",
+                           grad.shape().DebugString(), " vs var ", var.shape().DebugString());
   }
   return absl::OkStatus();
 }
 
 inline absl::Status ValidateDenseGrad(const Tensor& var, const Tensor& grad) {
   if (!var.shape().IsSameSize(grad.shape())) {
-    return InvalidArgument("grad must have the shape of var: grad ",
-                                               grad.shape().DebugString(), " vs var ",
-                                               var.shape().DebugString());
+    return InvalidArgument("grad must have the shape of var: grad ", grad.shape().DebugString(),
+                           " vs var ", var.shape().DebugString());
   }
   return absl::OkStatus();
 }
@@ -213,8 +206,7 @@ class SummedGradRows {
  public:
   using C = ComputeT<T>;
 
-  absl::Status Init(OpKernelContext* ctx, const RowGroups& groups, const T* grad,
-                    int64_t dim) {
+  absl::Status Init(OpKernelContext* ctx, const RowGroups& groups, const T* grad, int64_t dim) {
     grad_ = grad;
     summed_used_ = groups.has_duplicates();
     if (!summed_used_) return absl::OkStatus();
@@ -263,13 +255,21 @@ using GPUDevice = Eigen::GpuDevice;
 template <typename T>
 constexpr gpu::DType GpuDType();
 template <>
-constexpr gpu::DType GpuDType<Eigen::half>() { return gpu::DType::kHalf; }
+constexpr gpu::DType GpuDType<Eigen::half>() {
+  return gpu::DType::kHalf;
+}
 template <>
-constexpr gpu::DType GpuDType<Eigen::bfloat16>() { return gpu::DType::kBfloat16; }
+constexpr gpu::DType GpuDType<Eigen::bfloat16>() {
+  return gpu::DType::kBfloat16;
+}
 template <>
-constexpr gpu::DType GpuDType<float>() { return gpu::DType::kFloat; }
+constexpr gpu::DType GpuDType<float>() {
+  return gpu::DType::kFloat;
+}
 template <>
-constexpr gpu::DType GpuDType<double>() { return gpu::DType::kDouble; }
+constexpr gpu::DType GpuDType<double>() {
+  return gpu::DType::kDouble;
+}
 
 // Eigen::half/__half and Eigen::bfloat16/__nv_bfloat16 are the same 16 bits.
 static_assert(sizeof(Eigen::half) == 2 && sizeof(Eigen::bfloat16) == 2,
@@ -296,17 +296,16 @@ template <typename Tindex>
 gpu::SparseRows MakeSparseRows(const Tensor& indices, const Tensor& var) {
   static_assert(sizeof(Tindex) == 4 || sizeof(Tindex) == 8, "int32 or int64 indices");
   const int64_t num_rows = var.dim_size(0);
-  return gpu::SparseRows{indices.data(),
-                         sizeof(Tindex) == 4 ? gpu::IndexType::kInt32 : gpu::IndexType::kInt64,
-                         indices.NumElements(), num_rows,
-                         num_rows > 0 ? var.NumElements() / num_rows : 0};
+  return gpu::SparseRows{
+      indices.data(), sizeof(Tindex) == 4 ? gpu::IndexType::kInt32 : gpu::IndexType::kInt64,
+      indices.NumElements(), num_rows, num_rows > 0 ? var.NumElements() / num_rows : 0};
 }
 
 // The launchers take the compute-type values widened to double (exact).
 template <typename C>
 AdamStep<double> Widen(const AdamStep<C>& s) {
-  return AdamStep<double>{s.lr_t, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
-                          s.epsilon};
+  return AdamStep<double>{s.lr_t,  s.beta1,           s.one_minus_beta1,
+                          s.beta2, s.one_minus_beta2, s.epsilon};
 }
 template <typename C>
 ClippyStep<double> Widen(const ClippyStep<C>& s) {

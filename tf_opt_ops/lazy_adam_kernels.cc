@@ -15,8 +15,7 @@ namespace functor {
 template <typename T, typename Tindex>
 struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
-                          Tensor* var, Tensor* m, Tensor* v,
-                          const AdamStep<ComputeT<T>>& step) {
+                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step) {
     const int64_t num_rows = var->dim_size(0);
     RowGroups groups;
     TF_RETURN_IF_ERROR(GroupRows<Tindex>(indices, num_rows, &groups));
@@ -31,20 +30,18 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
     // Per row: read var, m, v, g; write var, m, v; ~20 cycles per element.
     const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
     grad_rows.Visit([&](const auto* g) {
-      ForEachItem(
-          ctx, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
-            for (int64_t u = begin; u < end; ++u) {
-              if (u + kPrefetchRows < end) {
-                const int64_t ahead = rows[u + kPrefetchRows] * dim;
-                PrefetchForWrite(var_data + ahead, dim * sizeof(T));
-                PrefetchForWrite(m_data + ahead, dim * sizeof(T));
-                PrefetchForWrite(v_data + ahead, dim * sizeof(T));
-              }
-              const int64_t offset = rows[u] * dim;  // 64-bit: tables past 2^31 elements
-              LazyAdamRow(var_data + offset, m_data + offset, v_data + offset, g + u * dim,
-                          dim, step);
-            }
-          });
+      ForEachItem(ctx, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+        for (int64_t u = begin; u < end; ++u) {
+          if (u + kPrefetchRows < end) {
+            const int64_t ahead = rows[u + kPrefetchRows] * dim;
+            PrefetchForWrite(var_data + ahead, dim * sizeof(T));
+            PrefetchForWrite(m_data + ahead, dim * sizeof(T));
+            PrefetchForWrite(v_data + ahead, dim * sizeof(T));
+          }
+          const int64_t offset = rows[u] * dim;  // 64-bit: tables past 2^31 elements
+          LazyAdamRow(var_data + offset, m_data + offset, v_data + offset, g + u * dim, dim, step);
+        }
+      });
     });
     return absl::OkStatus();
   }
@@ -57,8 +54,7 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
 template <typename T, typename Tindex>
 struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
-                          Tensor* var, Tensor* m, Tensor* v,
-                          const AdamStep<ComputeT<T>>& step) {
+                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     size_t bytes = 0;
     TF_RETURN_IF_ERROR(
@@ -67,11 +63,11 @@ struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     gpu::IndexError bad;
-    TF_RETURN_IF_ERROR(GpuStatus(
-        gpu::SparseApplyLazyAdam(GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
-                                 v->data(), Widen(step), scratch.data(), bytes, GpuStream(ctx),
-                                 &bad),
-        "SparseApplyLazyAdam"));
+    TF_RETURN_IF_ERROR(
+        GpuStatus(gpu::SparseApplyLazyAdam(GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
+                                           v->data(), Widen(step), scratch.data(), bytes,
+                                           GpuStream(ctx), &bad),
+                  "SparseApplyLazyAdam"));
     if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
     return absl::OkStatus();
   }
@@ -91,8 +87,8 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
     LockedVariables<Device, T> vars;
-    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2},
-                                     {"var", "m", "v"}));
+    OP_REQUIRES_OK(ctx,
+                   vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2}, {"var", "m", "v"}));
     C beta1_power, beta2_power, lr, beta1, beta2, epsilon;
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "beta1_power", &beta1_power));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 4, "beta2_power", &beta2_power));
@@ -105,21 +101,21 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(*vars.tensor(0), grad, indices));
     if (indices.NumElements() == 0) return;
     const AdamStep<C> step = MakeAdamStep<C>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
-    OP_REQUIRES_OK(ctx, functor::SparseApplyLazyAdam<Device, T, Tindex>()(
-                            ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2),
-                            step));
+    OP_REQUIRES_OK(ctx,
+                   functor::SparseApplyLazyAdam<Device, T, Tindex>()(
+                       ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2), step));
   }
 
  private:
   bool use_locking_;
 };
 
-#define TF_OPT_OPS_REGISTER_CPU(T, Tindex)                                  \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam")      \
-                              .Device(tensorflow::DEVICE_CPU)               \
-                              .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
-                              .TypeConstraint<Tindex>("Tindices"),          \
+#define TF_OPT_OPS_REGISTER_CPU(T, Tindex)                             \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
+                              .Device(tensorflow::DEVICE_CPU)          \
+                              .TypeConstraint<T>("T")                  \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")  \
+                              .TypeConstraint<Tindex>("Tindices"),     \
                           SparseApplyLazyAdamOp<CPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_CPU_T(T) \
   TF_OPT_OPS_REGISTER_CPU(T, int32_t) TF_OPT_OPS_REGISTER_CPU(T, int64_t)
@@ -133,18 +129,18 @@ TF_CALL_double(TF_OPT_OPS_REGISTER_CPU_T);
 #if GOOGLE_CUDA
 // The hyperparameters are read on the host (HostMemory); var, m, v, grad and
 // indices stay on the device.
-#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                                  \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam")      \
-                              .Device(tensorflow::DEVICE_GPU)               \
-                              .HostMemory("beta1_power")                    \
-                              .HostMemory("beta2_power")                    \
-                              .HostMemory("lr")                             \
-                              .HostMemory("beta1")                          \
-                              .HostMemory("beta2")                          \
-                              .HostMemory("epsilon")                        \
-                              .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
-                              .TypeConstraint<Tindex>("Tindices"),          \
+#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                             \
+  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
+                              .Device(tensorflow::DEVICE_GPU)          \
+                              .HostMemory("beta1_power")               \
+                              .HostMemory("beta2_power")               \
+                              .HostMemory("lr")                        \
+                              .HostMemory("beta1")                     \
+                              .HostMemory("beta2")                     \
+                              .HostMemory("epsilon")                   \
+                              .TypeConstraint<T>("T")                  \
+                              .TypeConstraint<ComputeT<T>>("Tscalar")  \
+                              .TypeConstraint<Tindex>("Tindices"),     \
                           SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_GPU_T(T) \
   TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)

@@ -30,9 +30,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 }  // namespace
 
-int SparseApplyLazyAdam(DType dtype, const SparseRows& rows, const void* grad, void* var,
-                        void* m, void* v, const AdamStep<double>& step, void* scratch,
-                        size_t scratch_bytes, void* stream, IndexError* index_error) {
+int SparseApplyLazyAdam(DType dtype, const SparseRows& rows, const void* grad, void* var, void* m,
+                        void* v, const AdamStep<double>& step, void* scratch, size_t scratch_bytes,
+                        void* stream, IndexError* index_error) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   SortedRows sorted;
   const int err = PrepareSortedRows(rows, scratch, scratch_bytes, s, index_error, &sorted);

@@ -21,7 +21,6 @@
 
 #define TF_OPT_OPS_RESTRICT __restrict__
 
-
 namespace tf_opt_ops {
 
 // Compute type: double stays double, everything narrower computes in float.
@@ -100,8 +99,8 @@ struct AdamStep {
 };
 
 template <typename C>
-TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilon,
-                                                C beta1_power, C beta2_power) {
+TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilon, C beta1_power,
+                                                C beta2_power) {
   AdamStep<C> s;
   s.lr_t = lr * Sqrt<C>(C(1) - beta2_power) / (C(1) - beta1_power);
   s.beta1 = beta1;
@@ -114,8 +113,7 @@ TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilo
 
 // One element of one touched row; `g` is the (duplicate-summed) gradient.
 template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g,
-                                            const AdamStep<C>& s) {
+TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g, const AdamStep<C>& s) {
   const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
   const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * g * g;
   *m = Store<T>(m_t);
@@ -128,9 +126,8 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g,
 // gradient type, or the compute type for duplicate-summed rows.
 template <typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OPS_RESTRICT m,
-                                        T* TF_OPT_OPS_RESTRICT v,
-                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                        const AdamStep<C>& s) {
+                                        T* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
+                                        int64_t n, const AdamStep<C>& s) {
   for (int64_t j = 0; j < n; ++j) LazyAdamElement<T, C>(var + j, m + j, v + j, Load<C>(g[j]), s);
 }
 
@@ -164,8 +161,7 @@ TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
 // flag is a template parameter (= s.use_standard_accumulator_update) so the
 // conditional store leaves the loop.
 template <bool kStandardUpdate, typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
-                                            const ClippyStep<C>& s) {
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g, const ClippyStep<C>& s) {
   C a = Load<C>(*accum);
   if (kStandardUpdate) {
     *accum = Store<T>(a + g * g);
@@ -181,8 +177,7 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
 
 // The same with the flag read at run time (the GPU kernels' form).
 template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g,
-                                            const ClippyStep<C>& s) {
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g, const ClippyStep<C>& s) {
   return s.use_standard_accumulator_update ? ClippyRatioElement<true, T, C>(var, accum, g, s)
                                            : ClippyRatioElement<false, T, C>(var, accum, g, s);
 }
@@ -262,7 +257,8 @@ template <typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OPS_RESTRICT accum,
                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n, C scale,
                                            const ClippyStep<C>& s) {
-  for (int64_t j = 0; j < n; ++j) ClippyApplyElement<T, C>(var + j, accum + j, Load<C>(g[j]), scale, s);
+  for (int64_t j = 0; j < n; ++j)
+    ClippyApplyElement<T, C>(var + j, accum + j, Load<C>(g[j]), scale, s);
 }
 
 }  // namespace tf_opt_ops

@@ -25,10 +25,8 @@ inline ShapeHandle VariableShape(InferenceContext* c, int input) {
 
 // Merges the shapes of the variable and its slots, and checks each scalar
 // hyperparameter input has rank 0. Returns the variable shape in `var`.
-inline absl::Status MergeVariablesAndScalars(InferenceContext* c,
-                                             std::initializer_list<int> vars,
-                                             std::initializer_list<int> scalars,
-                                             ShapeHandle* var) {
+inline absl::Status MergeVariablesAndScalars(InferenceContext* c, std::initializer_list<int> vars,
+                                             std::initializer_list<int> scalars, ShapeHandle* var) {
   *var = c->UnknownShape();
   for (int i : vars) {
     TF_RETURN_IF_ERROR(c->Merge(*var, VariableShape(c, i), var));
@@ -40,8 +38,8 @@ inline absl::Status MergeVariablesAndScalars(InferenceContext* c,
 }
 
 // grad is [N, var.shape[1:]...] and indices is [N].
-inline absl::Status CheckSparseGrad(InferenceContext* c, ShapeHandle var,
-                                    int grad_input, int indices_input) {
+inline absl::Status CheckSparseGrad(InferenceContext* c, ShapeHandle var, int grad_input,
+                                    int indices_input) {
   ShapeHandle indices;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(indices_input), 1, &indices));
   ShapeHandle grad;

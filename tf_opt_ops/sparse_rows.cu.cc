@@ -129,10 +129,9 @@ int PrepareSortedRows(const SparseRows& rows, void* scratch, size_t scratch_byte
   //    sort is stable, so each run of one index lists its positions in input
   //    order and duplicates are summed in the order the CPU sums them.
   size_t cub_bytes = layout.cub_bytes;
-  err = cub::DeviceRadixSort::SortPairs(layout.cub_temp, cub_bytes, layout.keys_in,
-                                        layout.keys_out, layout.positions_in,
-                                        layout.positions_out, n, 0, SortBits(rows.num_rows),
-                                        stream);
+  err = cub::DeviceRadixSort::SortPairs(layout.cub_temp, cub_bytes, layout.keys_in, layout.keys_out,
+                                        layout.positions_in, layout.positions_out, n, 0,
+                                        SortBits(rows.num_rows), stream);
   if (err != 0) return err;
   sorted->keys = layout.keys_out;
   sorted->positions = layout.positions_out;
@@ -142,9 +141,7 @@ int PrepareSortedRows(const SparseRows& rows, void* scratch, size_t scratch_byte
   return static_cast<int>(cudaGetLastError());
 }
 
-const char* ErrorString(int error) {
-  return cudaGetErrorString(static_cast<cudaError_t>(error));
-}
+const char* ErrorString(int error) { return cudaGetErrorString(static_cast<cudaError_t>(error)); }
 
 }  // namespace gpu
 }  // namespace tf_opt_ops

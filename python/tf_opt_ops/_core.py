@@ -123,8 +123,10 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   grad = tf.cast(grad, var_dtype)
   s = ops.scalar_dtype(var_dtype)
   beta_1, beta_2 = resolve(beta_1), resolve(beta_2)
-  one_minus = [_cast(1 - b if isinstance(b, numbers.Number) else 1 - _cast(b, s), s)
-               for b in (beta_1, beta_2)]
+  one_minus = [
+      _cast(1 - b if isinstance(b, numbers.Number) else 1 - _cast(b, s), s)
+      for b in (beta_1, beta_2)
+  ]
   lr = _cast(lr, s)
   beta_1 = _cast(beta_1, s)
   beta_2 = _cast(beta_2, s)
@@ -142,17 +144,16 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
     return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking, **hypers)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
   if fused_dense and var_dtype in (tf.float32, tf.float64):
-    return tf.raw_ops.ResourceApplyAdam(
-        var=_handle(var), m=_handle(m), v=_handle(v), grad=grad, use_locking=use_locking,
-        beta1_power=beta_1_power, beta2_power=beta_2_power, lr=lr, beta1=beta_1, beta2=beta_2,
-        epsilon=epsilon)
+    return tf.raw_ops.ResourceApplyAdam(var=_handle(var), m=_handle(m), v=_handle(v), grad=grad,
+                                        use_locking=use_locking, beta1_power=beta_1_power,
+                                        beta2_power=beta_2_power, lr=lr, beta1=beta_1, beta2=beta_2,
+                                        epsilon=epsilon)
   # Half types compute in float32 (in the variable's type 0.999 rounds to 1.0
   # in bfloat16 and would freeze v); only the stored values are rounded.
   return _adam_dense_composite(var, m, v, grad, var_dtype, s, one_minus=one_minus, **hypers)
 
 
-def _adam_math(var, m, v, g, *, one_minus, beta_1_power, beta_2_power, lr, beta_1, beta_2,
-               epsilon):
+def _adam_math(var, m, v, g, *, one_minus, beta_1_power, beta_2_power, lr, beta_1, beta_2, epsilon):
   del beta_1, beta_2  # used as one_minus = (1 - beta_1, 1 - beta_2)
   alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
   m = m + (g - m) * one_minus[0]
@@ -164,12 +165,15 @@ def _adam_math(var, m, v, g, *, one_minus, beta_1_power, beta_2_power, lr, beta_
 def _lazy_adam_sparse_composite(var, m, v, grad, indices, var_dtype, s, **hypers):
   g, rows = deduplicate(tf.cast(grad, s), indices)
   handles = [_handle(x) for x in (var, m, v)]
-  old = [tf.cast(tf.raw_ops.ResourceGather(resource=h, indices=rows, dtype=var_dtype), s)
-         for h in handles]
+  old = [
+      tf.cast(tf.raw_ops.ResourceGather(resource=h, indices=rows, dtype=var_dtype), s)
+      for h in handles
+  ]
   new = _adam_math(*old, g, **hypers)
   return tf.group(*[
       tf.raw_ops.ResourceScatterUpdate(resource=h, indices=rows, updates=tf.cast(x, var_dtype))
-      for h, x in zip(handles, new)])
+      for h, x in zip(handles, new)
+  ])
 
 
 def _adam_dense_composite(var, m, v, grad, var_dtype, s, **hypers):
@@ -178,7 +182,8 @@ def _adam_dense_composite(var, m, v, grad, var_dtype, s, **hypers):
   new = _adam_math(*old, tf.cast(grad, s), **hypers)
   return tf.group(*[
       tf.raw_ops.AssignVariableOp(resource=h, value=tf.cast(x, var_dtype))
-      for h, x in zip(handles, new)])
+      for h, x in zip(handles, new)
+  ])
 
 
 # ----------------------------------------------------------------------------- Clippy Adagrad
@@ -203,19 +208,18 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   var_dtype = _var_dtype(var, grad)
   grad = tf.cast(grad, var_dtype)
   s = ops.scalar_dtype(var_dtype)
-  hypers = dict(
-      lr=_cast(lr, s), epsilon=_cast(epsilon, s),
-      variable_relative_threshold=_cast(variable_relative_threshold, s),
-      accumulator_relative_threshold=_cast(accumulator_relative_threshold, s),
-      absolute_threshold=_cast(absolute_threshold, s))
+  hypers = dict(lr=_cast(lr, s), epsilon=_cast(epsilon, s),
+                variable_relative_threshold=_cast(variable_relative_threshold, s),
+                accumulator_relative_threshold=_cast(accumulator_relative_threshold, s),
+                absolute_threshold=_cast(absolute_threshold, s))
   flags = dict(clip_accumulator_update=bool(clip_accumulator_update),
                use_standard_accumulator_update=bool(use_standard_accumulator_update))
   if in_xla_context():
     _log_fallback_once("ClippyAdagrad")
     scale = _clippy_composite(var, accum, grad, indices, var_dtype, s, **hypers, **flags)
   elif indices is not None:
-    scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
-                                      **hypers, **flags)
+    scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking, **hypers,
+                                      **flags)
   else:
     scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags)
   if clipping_factor is not None:
@@ -232,8 +236,8 @@ def clippy_math(w, a, g, *, lr, epsilon, variable_relative_threshold,
     a = a + g * g
   p = tf.math.rsqrt(a + epsilon)
   delta = lr * g * p
-  max_delta = (variable_relative_threshold * tf.abs(w) + accumulator_relative_threshold * p
-               + absolute_threshold)
+  max_delta = (variable_relative_threshold * tf.abs(w) + accumulator_relative_threshold * p +
+               absolute_threshold)
   per_element = tf.where(tf.equal(delta, 0), tf.ones_like(delta),
                          tf.math.divide_no_nan(max_delta, tf.abs(delta)))
   scale = tf.minimum(tf.ones([], delta.dtype), tf.reduce_min(per_element))
@@ -291,27 +295,24 @@ class ClippyAdagradMixin:
     if args["clip_accumulator_update"] and args["use_standard_accumulator_update"]:
       raise ValueError("clip_accumulator_update and use_standard_accumulator_update cannot "
                        "both be set to True.")
-    check_non_negative(
-        initial_accumulator_value=args["initial_accumulator_value"],
-        variable_relative_threshold=args["variable_relative_threshold"],
-        accumulator_relative_threshold=args["accumulator_relative_threshold"],
-        absolute_threshold=args["absolute_threshold"])
+    check_non_negative(initial_accumulator_value=args["initial_accumulator_value"],
+                       variable_relative_threshold=args["variable_relative_threshold"],
+                       accumulator_relative_threshold=args["accumulator_relative_threshold"],
+                       absolute_threshold=args["absolute_threshold"])
     for key in CLIPPY_ARGS:
       setattr(self, key, args[key])
 
   def _clippy_config(self):
     return {key: getattr(self, key) for key in CLIPPY_ARGS}
 
-  def _clippy_apply(self, grad, var, accum, clipping_factor, lr, use_locking=False,
-                    indices=None):
-    return clippy_adagrad(
-        var, accum, grad, lr=lr, epsilon=self.epsilon,
-        variable_relative_threshold=self.variable_relative_threshold,
-        accumulator_relative_threshold=self.accumulator_relative_threshold,
-        absolute_threshold=self.absolute_threshold,
-        clip_accumulator_update=self.clip_accumulator_update,
-        use_standard_accumulator_update=self.use_standard_accumulator_update,
-        clipping_factor=clipping_factor, use_locking=use_locking, indices=indices)
+  def _clippy_apply(self, grad, var, accum, clipping_factor, lr, use_locking=False, indices=None):
+    return clippy_adagrad(var, accum, grad, lr=lr, epsilon=self.epsilon,
+                          variable_relative_threshold=self.variable_relative_threshold,
+                          accumulator_relative_threshold=self.accumulator_relative_threshold,
+                          absolute_threshold=self.absolute_threshold,
+                          clip_accumulator_update=self.clip_accumulator_update,
+                          use_standard_accumulator_update=self.use_standard_accumulator_update,
+                          clipping_factor=clipping_factor, use_locking=use_locking, indices=indices)
 
 
 def check_amsgrad(amsgrad):

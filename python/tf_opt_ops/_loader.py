@@ -10,8 +10,7 @@ LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_
 
 _REBUILD = (
     "Rebuild it for this TensorFlow from the source tree with `./configure.sh && make build`, "
-    "or install a tf_opt_ops wheel built for this TensorFlow (`make wheel`)."
-)
+    "or install a tf_opt_ops wheel built for this TensorFlow (`make wheel`).")
 
 
 def _major_minor(version):

@@ -25,8 +25,7 @@ class _LegacyFlavor(TfKerasFlavorBase):
 
   def check_optimizer(self, optimizer, what):
     if not isinstance(optimizer, _LegacyOptimizer):
-      raise self.type_error(optimizer, what,
-                            "tf_keras.optimizers.legacy.Optimizer (OptimizerV2)")
+      raise self.type_error(optimizer, what, "tf_keras.optimizers.legacy.Optimizer (OptimizerV2)")
     if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
       raise ValueError(f"{what}: a LossScaleOptimizer cannot be used inside a router; wrap the "
                        "router in the LossScaleOptimizer instead.")
@@ -73,8 +72,8 @@ class _LegacyRouter(_LegacyOptimizer):
     with tf.init_scope():
       _ = self.iterations
     for optimizer, pairs in self._table.route(grads_and_vars):
-      optimizer.apply_gradients(
-          pairs, experimental_aggregate_gradients=experimental_aggregate_gradients)
+      optimizer.apply_gradients(pairs,
+                                experimental_aggregate_gradients=experimental_aggregate_gradients)
     return self.iterations.assign_add(1)
 
   def variables(self):
@@ -124,6 +123,8 @@ class MultiOptimizer(_router.MultiMixin, _LegacyRouter):
     self._init_multi(optimizers_and_blocks, default_optimizer, name)
 
 
-register({"tf_opt_ops.legacy>CompositeOptimizer": CompositeOptimizer,
-          "tf_opt_ops.legacy>MultiOptimizer": MultiOptimizer},
-         {"merlin.models>MultiOptimizer": MultiOptimizer})
+register(
+    {
+        "tf_opt_ops.legacy>CompositeOptimizer": CompositeOptimizer,
+        "tf_opt_ops.legacy>MultiOptimizer": MultiOptimizer
+    }, {"merlin.models>MultiOptimizer": MultiOptimizer})

@@ -81,8 +81,8 @@ class _TfKerasFlavor(TfKerasFlavorBase):
     # pylint: disable=protected-access
     old = optimizer._iterations
     variables = optimizer._variables
-    if (getattr(optimizer, "_built", False) or getattr(optimizer, "_mesh", None) or
-        not variables or variables[0] is not old):
+    if (getattr(optimizer, "_built", False) or getattr(optimizer, "_mesh", None) or not variables or
+        variables[0] is not old):
       return
     if not str(old.name).startswith("iteration:"):
       return
@@ -139,8 +139,7 @@ class _TfKerasRouter(tf_keras.optimizers.Optimizer):
     self._table.build(list(var_list))
     self._built = True
 
-  def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False,
-                      **kwargs):
+  def apply_gradients(self, grads_and_vars, name=None, skip_gradients_aggregation=False, **kwargs):
     grads_and_vars = list(grads_and_vars)
     if not getattr(self, "_built", False):
       with tf.init_scope():
@@ -226,5 +225,7 @@ def register(registered, aliases=None):
     objects.setdefault(name, cls)
 
 
-register({"tf_opt_ops.tf_keras>CompositeOptimizer": CompositeOptimizer,
-          "tf_opt_ops.tf_keras>MultiOptimizer": MultiOptimizer})
+register({
+    "tf_opt_ops.tf_keras>CompositeOptimizer": CompositeOptimizer,
+    "tf_opt_ops.tf_keras>MultiOptimizer": MultiOptimizer
+})

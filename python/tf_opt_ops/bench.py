@@ -49,8 +49,10 @@ def time_interleaved(variants, step_args, rounds):
 
 
 def summary(samples):
-  return {"median_ms": float(np.median(samples)), "min_ms": float(np.min(samples)),
-          "max_ms": float(np.max(samples))}
+  return {
+      "median_ms": float(np.median(samples)), "min_ms": float(np.min(samples)),
+      "max_ms": float(np.max(samples))
+  }
 
 
 def fmt(s):
@@ -127,8 +129,8 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
 
   rng = np.random.default_rng(seed)
   tables = [tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed)) for _ in range(2)]
-  slots = [(tf.Variable(tf.zeros((case.rows, case.dim))), tf.Variable(tf.zeros((case.rows, case.dim))))
-           for _ in range(2)]
+  slots = [(tf.Variable(tf.zeros(
+      (case.rows, case.dim))), tf.Variable(tf.zeros((case.rows, case.dim)))) for _ in range(2)]
   unique_rows = case.batch // 4 if case.duplicates else case.batch
   steps = []
   for _ in range(4):
@@ -164,7 +166,9 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
   times = time_interleaved(variants, steps, rounds)
   result = {name: summary(samples) for name, samples in times.items()}
   result["bytes"] = 7 * unique_rows * case.dim * 4 + 8 * case.batch
-  result["ops"] = {"fused": count_ops(fused, *steps[0]), "composite": count_ops(composite, *steps[0])}
+  result["ops"] = {
+      "fused": count_ops(fused, *steps[0]), "composite": count_ops(composite, *steps[0])
+  }
   return result
 
 
@@ -196,65 +200,80 @@ def clippy_worker(names, rounds):
     variables = {}
 
     def fresh(key):
-      variables[key] = (tf.Variable(tf.random.normal(shape, seed=1)),
-                        tf.Variable(tf.fill(shape, 0.1)))
+      variables[key] = (tf.Variable(tf.random.normal(shape,
+                                                     seed=1)), tf.Variable(tf.fill(shape, 0.1)))
       return variables[key]
 
     if batch:
       steps = []
       for _ in range(4):
         idx = rng.choice(shape[0], batch, replace=False).astype(np.int64)
-        steps.append((tf.constant(idx), tf.constant(rng.standard_normal((batch,) + shape[1:]),
-                                                    tf.float32)))
-      bytes_moved = 8 * batch * shape[1] * 4 + 8 * batch  # two passes: 3 reads, then 3 reads + 2 writes
+        steps.append(
+            (tf.constant(idx), tf.constant(rng.standard_normal((batch,) + shape[1:]), tf.float32)))
+      bytes_moved = 8 * batch * shape[
+          1] * 4 + 8 * batch  # two passes: 3 reads, then 3 reads + 2 writes
     else:
       steps = [(tf.constant(rng.standard_normal(shape), tf.float32),) for _ in range(2)]
       bytes_moved = 8 * int(np.prod(shape)) * 4
     var, accum = fresh("fused")
 
     if batch:
+
       @tf.function
       def fused(indices, grad, var=var, accum=accum):
         ops.sparse_clippy_adagrad(var, accum, grad, indices)
     else:
+
       @tf.function
       def fused(grad, var=var, accum=accum):
         ops.clippy_adagrad(var, accum, grad)
+
     variants = {"fused": fused}
 
     tf_var, tf_accum = fresh("tf_adagrad")
     lr, eps = tf.constant(0.001), tf.constant(1e-7)
     if batch:
+
       @tf.function
       def tf_adagrad(indices, grad):
         tf.raw_ops.ResourceSparseApplyAdagradV2(var=tf_var.handle, accum=tf_accum.handle, lr=lr,
                                                 epsilon=eps, grad=grad, indices=indices)
     else:
+
       @tf.function
       def tf_adagrad(grad):
         tf.raw_ops.ResourceApplyAdagradV2(var=tf_var.handle, accum=tf_accum.handle, lr=lr,
                                           epsilon=eps, grad=grad)
+
     variants["tf_fused_adagrad"] = tf_adagrad
 
     if tfrs is not None:
-      for label, kwargs in (("tfrs_default", {}), ("tfrs_weight_decay_none", {"weight_decay": None})):
+      for label, kwargs in (("tfrs_default", {}), ("tfrs_weight_decay_none", {"weight_decay": None
+                                                                             })):
         tfrs_var = tf.Variable(tf.random.normal(shape, seed=1))
         opt = tfrs.experimental.optimizers.ClippyAdagrad(learning_rate=0.001, **kwargs)
         opt.build([tfrs_var])
 
         if batch:
+
           def make(opt=opt, tfrs_var=tfrs_var):
+
             @tf.function
             def step(indices, grad):
-              opt.apply_gradients([(tf.IndexedSlices(grad, indices, tf.constant(shape, tf.int64)),
-                                    tfrs_var)])
+              opt.apply_gradients([(tf.IndexedSlices(grad, indices,
+                                                     tf.constant(shape, tf.int64)), tfrs_var)])
+
             return step
         else:
+
           def make(opt=opt, tfrs_var=tfrs_var):
+
             @tf.function
             def step(grad):
               opt.apply_gradients([(grad, tfrs_var)])
+
             return step
+
         variants[label] = make()
     times = time_interleaved(variants, steps, rounds)
     result = {key: summary(samples) for key, samples in times.items()}
@@ -265,9 +284,11 @@ def clippy_worker(names, rounds):
 
 def bench_clippy(names, rounds):
   env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
-  proc = subprocess.run(
-      [sys.executable, "-m", "tf_opt_ops.bench", "--clippy-worker", json.dumps(names),
-       "--rounds", str(rounds)], env=env, capture_output=True, text=True, check=False)
+  proc = subprocess.run([
+      sys.executable, "-m", "tf_opt_ops.bench", "--clippy-worker",
+      json.dumps(names), "--rounds",
+      str(rounds)
+  ], env=env, capture_output=True, text=True, check=False)
   for line in proc.stdout.splitlines():
     if line.startswith("CLIPPY_JSON "):
       return json.loads(line[len("CLIPPY_JSON "):])
@@ -293,38 +314,46 @@ def share(bytes_moved, ms, limit_gbs):
 
 def render(report):
   lim = report["bandwidth"]["2"]["median_gbs"]
-  lines = [f"Machine: {report['machine']}; TensorFlow {report['tf_version']}; "
-           f"bandwidth limit (in-place a += b): {report['bandwidth']['1']['median_gbs']:.1f} GB/s "
-           f"with 1 thread, {lim:.1f} GB/s with 2.", "",
-           "### Sparse lazy Adam (float32), ms per step, median (min–max)", "",
-           "| case | fused | composite | Keras 3 Adam | composite / fused | Keras Adam / fused "
-           "| fused % of BW | ops in graph (fused / composite) |",
-           "|---|---|---|---|---|---|---|---|"]
+  lines = [
+      f"Machine: {report['machine']}; TensorFlow {report['tf_version']}; "
+      f"bandwidth limit (in-place a += b): {report['bandwidth']['1']['median_gbs']:.1f} GB/s "
+      f"with 1 thread, {lim:.1f} GB/s with 2.", "",
+      "### Sparse lazy Adam (float32), ms per step, median (min–max)", "",
+      "| case | fused | composite | Keras 3 Adam | composite / fused | Keras Adam / fused "
+      "| fused % of BW | ops in graph (fused / composite) |", "|---|---|---|---|---|---|---|---|"
+  ]
   for label, r in report["lazy_adam"].items():
     keras_cell = fmt(r["keras3_adam"]) if "keras3_adam" in r else "—"
-    keras_ratio = (f"{r['keras3_adam']['median_ms'] / r['fused']['median_ms']:.1f}×"
-                   if "keras3_adam" in r else "—")
-    lines.append(
-        f"| {label} | {fmt(r['fused'])} | {fmt(r['composite'])} | {keras_cell} | "
-        f"{r['composite']['median_ms'] / r['fused']['median_ms']:.1f}× | {keras_ratio} | "
-        f"{100 * share(r['bytes'], r['fused']['median_ms'], lim):.0f}% | "
-        f"{r['ops']['fused']} / {r['ops']['composite']} |")
+    keras_ratio = (f"{r['keras3_adam']['median_ms'] / r['fused']['median_ms']:.1f}×" if
+                   "keras3_adam" in r else "—")
+    lines.append(f"| {label} | {fmt(r['fused'])} | {fmt(r['composite'])} | {keras_cell} | "
+                 f"{r['composite']['median_ms'] / r['fused']['median_ms']:.1f}× | {keras_ratio} | "
+                 f"{100 * share(r['bytes'], r['fused']['median_ms'], lim):.0f}% | "
+                 f"{r['ops']['fused']} / {r['ops']['composite']} |")
   clippy = report.get("clippy")
   if clippy:
     lines += ["", "### Clippy Adagrad (float32), ms per step, median (min–max)", ""]
     if clippy.get("tfrs_error"):
       lines.append(f"TensorFlow Recommenders not importable: {clippy['tfrs_error']}")
-    lines += ["| case | fused | TFRS default | TFRS weight_decay=None | TF fused Adagrad (no clipping) "
-              "| TFRS default / fused | TFRS wd=None / fused | fused % of BW |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| case | fused | TFRS default | TFRS weight_decay=None | TF fused Adagrad (no clipping) "
+        "| TFRS default / fused | TFRS wd=None / fused | fused % of BW |",
+        "|---|---|---|---|---|---|---|---|"
+    ]
     for label, r in clippy["cases"].items():
-      cells = [fmt(r[k]) if k in r else "—" for k in ("fused", "tfrs_default",
-                                                       "tfrs_weight_decay_none", "tf_fused_adagrad")]
-      ratios = [f"{r[k]['median_ms'] / r['fused']['median_ms']:.1f}×" if k in r else "—"
-                for k in ("tfrs_default", "tfrs_weight_decay_none")]
+      cells = [
+          fmt(r[k]) if k in r else "—"
+          for k in ("fused", "tfrs_default", "tfrs_weight_decay_none", "tf_fused_adagrad")
+      ]
+      ratios = [
+          f"{r[k]['median_ms'] / r['fused']['median_ms']:.1f}×" if k in r else "—"
+          for k in ("tfrs_default", "tfrs_weight_decay_none")
+      ]
       lines.append(f"| {label} | " + " | ".join(cells + ratios) +
                    f" | {100 * share(r['bytes'], r['fused']['median_ms'], lim):.0f}% |")
-  lines += ["", f"Fixed cost of a tf.function call (one scalar assign): {fmt(report['fixed_cost'])}."]
+  lines += [
+      "", f"Fixed cost of a tf.function call (one scalar assign): {fmt(report['fixed_cost'])}."
+  ]
   return "\n".join(lines)
 
 
@@ -355,12 +384,22 @@ def plot(report, path):
 
 def adam_cases(quick):
   if quick:
-    return [AdamCase(100_000, 64, 1_024), AdamCase(1_000_000, 64, 16_384),
-            AdamCase(1_000_000, 64, 16_384, duplicates=True)]
-  cases = [AdamCase(n, d, b) for n in (100_000, 1_000_000) for d in (16, 64, 128)
-           for b in (1_024, 16_384, 131_072) if b < n // 2]
-  return cases + [AdamCase(1_000_000, 64, 16_384, duplicates=True),
-                  AdamCase(1_000_000, 128, 131_072, duplicates=True)]
+    return [
+        AdamCase(100_000, 64, 1_024),
+        AdamCase(1_000_000, 64, 16_384),
+        AdamCase(1_000_000, 64, 16_384, duplicates=True)
+    ]
+  cases = [
+      AdamCase(n, d, b)
+      for n in (100_000, 1_000_000)
+      for d in (16, 64, 128)
+      for b in (1_024, 16_384, 131_072)
+      if b < n // 2
+  ]
+  return cases + [
+      AdamCase(1_000_000, 64, 16_384, duplicates=True),
+      AdamCase(1_000_000, 128, 131_072, duplicates=True)
+  ]
 
 
 def main(argv=None):
@@ -380,11 +419,14 @@ def main(argv=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   started = time.time()
-  report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-            "tf_version": tf.__version__, "quick": args.quick}
+  report = {
+      "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+      "tf_version": tf.__version__, "quick": args.quick
+  }
   print("bandwidth limit ...", flush=True)
-  report["bandwidth"] = {str(k): v for k, v in
-                         bandwidth_limit(256 if args.quick else 512, rounds).items()}
+  report["bandwidth"] = {
+      str(k): v for k, v in bandwidth_limit(256 if args.quick else 512, rounds).items()
+  }
   report["fixed_cost"] = fixed_cost(rounds)
   report["lazy_adam"] = {}
   for case in adam_cases(args.quick):

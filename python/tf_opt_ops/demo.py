@@ -57,16 +57,17 @@ def planted_clicks(num_users, num_items, num_examples, latent_dim=8, seed=0):
   item_bias = rng.normal(0.0, 0.5, num_items)
 
   def skewed(n, exponent):
-    weights = 1.0 / np.arange(1, n + 1) ** exponent
+    weights = 1.0 / np.arange(1, n + 1)**exponent
     ids = rng.choice(n, num_examples, p=weights / weights.sum())
     return rng.permutation(n)[ids]  # popular ids spread over the table
 
   users, items = skewed(num_users, 0.8), skewed(num_items, 1.05)
   logits = 3.0 * np.einsum("ij,ij->i", user_vec[users], item_vec[items]) + item_bias[items] - 1.0
   labels = (rng.random(num_examples) < 1 / (1 + np.exp(-logits))).astype(np.float32)
-  return ClickData(users.astype(np.int64), items.astype(np.int64), labels, num_users, num_items,
-                   f"planted clicks: {num_users:,} users, {num_items:,} items, "
-                   f"{num_examples:,} examples")
+  return ClickData(
+      users.astype(np.int64), items.astype(np.int64), labels, num_users, num_items,
+      f"planted clicks: {num_users:,} users, {num_items:,} items, "
+      f"{num_examples:,} examples")
 
 
 class DataError(ValueError):
@@ -116,10 +117,10 @@ def load_ratings(path):
       labels.append(1.0 if rating >= 4.0 else 0.0)
   if not labels:
     raise DataError(f"{path}: no rating rows after the header")
-  return ClickData(np.array(users, np.int64), np.array(items, np.int64),
-                   np.array(labels, np.float32), len(user_ids), len(item_ids),
-                   f"{path}: {len(user_ids):,} users, {len(item_ids):,} items, "
-                   f"{len(labels):,} ratings")
+  return ClickData(
+      np.array(users, np.int64), np.array(items, np.int64), np.array(labels, np.float32),
+      len(user_ids), len(item_ids), f"{path}: {len(user_ids):,} users, {len(item_ids):,} items, "
+      f"{len(labels):,} ratings")
 
 
 # ------------------------------------------------------------ model, runs
@@ -137,7 +138,8 @@ def build_model(keras, data, embedding_dim, seed):
   item = keras.Input(shape=(), dtype="int64", name="item")
   user_vec = keras.layers.Embedding(data.num_users, embedding_dim, name="user_embedding")(user)
   item_vec = keras.layers.Embedding(data.num_items, embedding_dim, name="item_embedding")(item)
-  x = keras.layers.Concatenate()([user_vec, item_vec, keras.layers.Multiply()([user_vec, item_vec])])
+  x = keras.layers.Concatenate()(
+      [user_vec, item_vec, keras.layers.Multiply()([user_vec, item_vec])])
   x = keras.layers.Dense(64, activation="relu", name="tower_1")(x)
   x = keras.layers.Dense(32, activation="relu", name="tower_2")(x)
   out = keras.layers.Dense(1, activation="sigmoid", name="click")(x)
@@ -228,8 +230,10 @@ def train_run(name, flavor, data, args, make_optimizer):
 
 def render_table(runs):
   base = runs[-1]["mean_step_ms"]
-  lines = ["| run | AUC | log loss | mean step (ms) | examples/s | speedup vs Adam |",
-           "|---|---|---|---|---|---|"]
+  lines = [
+      "| run | AUC | log loss | mean step (ms) | examples/s | speedup vs Adam |",
+      "|---|---|---|---|---|---|"
+  ]
   for r in runs:
     lines.append(f"| {r['name']} | {r['auc']:.4f} | {r['log_loss']:.4f} | {r['mean_step_ms']:.2f} "
                  f"| {r['examples_per_second']:,.0f} | {base / r['mean_step_ms']:.2f}× |")
@@ -260,8 +264,9 @@ def plot(runs, path, title):
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--data", help="ratings CSV (userId,movieId,rating,timestamp); "
-                      "default: generated clicks with a planted ground truth")
+  parser.add_argument(
+      "--data", help="ratings CSV (userId,movieId,rating,timestamp); "
+      "default: generated clicks with a planted ground truth")
   parser.add_argument("--flavor", choices=FLAVORS, default="keras",
                       help="Keras API: keras (Keras 3), tf_keras, legacy (tf_keras OptimizerV2)")
   parser.add_argument("--epochs", type=int, default=2)
@@ -280,8 +285,8 @@ def main(argv=None):
   args = parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   try:
-    data = load_ratings(args.data) if args.data else planted_clicks(
-        args.users, args.items, args.examples, seed=args.seed)
+    data = load_ratings(args.data) if args.data else planted_clicks(args.users, args.items,
+                                                                    args.examples, seed=args.seed)
   except DataError as e:
     print(f"demo: {e}", file=sys.stderr)
     return 2
@@ -295,9 +300,11 @@ def main(argv=None):
   ]
   os.makedirs(args.out, exist_ok=True)
   table = render_table(runs)
-  result = {"data": data.source, "flavor": args.flavor, "epochs": args.epochs,
-            "batch_size": args.batch_size, "embedding_dim": args.embedding_dim,
-            "runs": [{k: v for k, v in r.items() if k != "losses"} for r in runs]}
+  result = {
+      "data": data.source, "flavor": args.flavor, "epochs": args.epochs,
+      "batch_size": args.batch_size, "embedding_dim": args.embedding_dim,
+      "runs": [{k: v for k, v in r.items() if k != "losses"} for r in runs]
+  }
   with open(os.path.join(args.out, "results.json"), "w") as f:
     json.dump(result, f, indent=1)
   plot_path = os.path.join(args.out, "demo.png")

@@ -31,8 +31,10 @@ class _Keras3Mixin:
 
   def apply(self, grads, trainable_variables=None):
     if self.loss_scale_factor is not None:
-      grads = [_ScalableIndexedSlices(g.values, g.indices, g.dense_shape)
-               if isinstance(g, tf.IndexedSlices) else g for g in grads]
+      grads = [
+          _ScalableIndexedSlices(g.values, g.indices, g.dense_shape) if isinstance(
+              g, tf.IndexedSlices) else g for g in grads
+      ]
     return super().apply(grads, trainable_variables)
 
   def _apply_weight_decay(self, variables):
@@ -55,17 +57,17 @@ class _Keras3Mixin:
 class LazyAdam(_Keras3Mixin, keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-               amsgrad=False, name="LazyAdam", **kwargs):
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
+               name="LazyAdam", **kwargs):
     _core.check_amsgrad(amsgrad)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                     amsgrad=False, name=name, **kwargs)
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
     _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
-                    lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                    epsilon=self.epsilon, step=self.iterations + 1)
+                    lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+                    step=self.iterations + 1)
 
 
 class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Optimizer):

@@ -40,19 +40,19 @@ class _LegacyMixin:
 class LazyAdam(_LegacyMixin, tf_keras.optimizers.legacy.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-               amsgrad=False, name="LazyAdam", **kwargs):
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
+               name="LazyAdam", **kwargs):
     _core.check_amsgrad(amsgrad)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                     amsgrad=False, name=name, **kwargs)
 
   def _apply(self, grad, var, indices=None):
-    return _core.lazy_adam(
-        var, self.get_slot(var, "m"), self.get_slot(var, "v"), grad, indices=indices,
-        lr=self._lr(var), beta_1=self._scalar_hyper("beta_1", var),
-        beta_2=self._scalar_hyper("beta_2", var),
-        epsilon=self.epsilon, step=self.iterations + 1, use_locking=self._use_locking,
-        fused_dense=True)
+    return _core.lazy_adam(var, self.get_slot(var, "m"), self.get_slot(var, "v"), grad,
+                           indices=indices, lr=self._lr(var),
+                           beta_1=self._scalar_hyper("beta_1", var),
+                           beta_2=self._scalar_hyper("beta_2", var), epsilon=self.epsilon,
+                           step=self.iterations + 1, use_locking=self._use_locking,
+                           fused_dense=True)
 
   def _resource_apply_dense(self, grad, var, apply_state=None):
     return self._apply(grad, var)
@@ -80,8 +80,7 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     for var in var_list:
       dtype = var.dtype.base_dtype
       self.add_slot(var, "accumulator",
-                    tf.compat.v1.constant_initializer(self.initial_accumulator_value,
-                                                              dtype=dtype))
+                    tf.compat.v1.constant_initializer(self.initial_accumulator_value, dtype=dtype))
       if self.export_clipping_factors:
         self._add_clipping_factor(var)
 
@@ -139,8 +138,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
 
   def _apply(self, grad, var, indices=None):
     factor = self._get_clipping_factor(var) if self.export_clipping_factors else None
-    return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor,
-                              self._lr(var), use_locking=self._use_locking, indices=indices)
+    return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor, self._lr(var),
+                              use_locking=self._use_locking, indices=indices)
 
   def _resource_apply_dense(self, grad, var, apply_state=None):
     return self._apply(grad, var)

@@ -36,9 +36,8 @@ def _scalar(value, dtype):
   return tf.cast(value, dtype) if isinstance(value, tf.Tensor) else tf.constant(value, dtype)
 
 
-def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power,
-                     lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                     use_locking=False, name=None):
+def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
+                     beta_2=0.999, epsilon=1e-7, use_locking=False, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices`.
 
   For each distinct row i of `indices` (duplicate rows' gradients summed first):
@@ -52,15 +51,14 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power,
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
   return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(
-      var=_handle(var), m=_handle(m), v=_handle(v),
-      beta1_power=_scalar(beta_1_power, s), beta2_power=_scalar(beta_2_power, s),
-      lr=_scalar(lr, s), beta1=_scalar(beta_1, s), beta2=_scalar(beta_2, s),
-      epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
+      var=_handle(var), m=_handle(m), v=_handle(v), beta1_power=_scalar(beta_1_power, s),
+      beta2_power=_scalar(beta_2_power, s), lr=_scalar(lr, s), beta1=_scalar(beta_1, s),
+      beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
       use_locking=use_locking, name=name)
 
 
-def _clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
-                   accumulator_relative_threshold, absolute_threshold):
+def _clippy_hypers(grad, lr, epsilon, variable_relative_threshold, accumulator_relative_threshold,
+                   absolute_threshold):
   s = scalar_dtype(grad.dtype)
   return dict(lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
               variable_relative_threshold=_scalar(variable_relative_threshold, s),
@@ -68,10 +66,10 @@ def _clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
               absolute_threshold=_scalar(absolute_threshold, s))
 
 
-def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7,
-                   variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
-                   absolute_threshold=1e-7, clip_accumulator_update=False,
-                   use_standard_accumulator_update=False, use_locking=False, name=None):
+def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,
+                   accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
+                   clip_accumulator_update=False, use_standard_accumulator_update=False,
+                   use_locking=False, name=None):
   """Clippy Adagrad on every element of `var` with a dense `grad`.
 
   Returns the clipping scale in [0, 1] (float64 for float64 variables, float32
@@ -89,18 +87,16 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7,
   return load_library().tf_opt_ops_resource_apply_clippy_adagrad(
       var=_handle(var), accum=_handle(accum), grad=grad,
       clip_accumulator_update=clip_accumulator_update,
-      use_standard_accumulator_update=use_standard_accumulator_update,
-      use_locking=use_locking, name=name,
+      use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
+      name=name,
       **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
                        accumulator_relative_threshold, absolute_threshold))
 
 
 def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
-                          variable_relative_threshold=0.1,
-                          accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
-                          clip_accumulator_update=False,
-                          use_standard_accumulator_update=False, use_locking=False,
-                          name=None):
+                          variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+                          absolute_threshold=1e-7, clip_accumulator_update=False,
+                          use_standard_accumulator_update=False, use_locking=False, name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only; the scale is
@@ -110,7 +106,7 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   return load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad(
       var=_handle(var), accum=_handle(accum), grad=grad, indices=indices,
       clip_accumulator_update=clip_accumulator_update,
-      use_standard_accumulator_update=use_standard_accumulator_update,
-      use_locking=use_locking, name=name,
+      use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
+      name=name,
       **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
                        accumulator_relative_threshold, absolute_threshold))

@@ -232,8 +232,10 @@ class _PatternSelector(_Selector):
   def claim(self, candidates, flavor):
     if candidates is None:
       return []
-    return [v for v in candidates
-            if flavor.var_path(v) == self.pattern or re.fullmatch(self.pattern, flavor.var_path(v))]
+    return [
+        v for v in candidates
+        if flavor.var_path(v) == self.pattern or re.fullmatch(self.pattern, flavor.var_path(v))
+    ]
 
   def is_static(self):
     return False
@@ -257,9 +259,8 @@ def make_selectors(blocks, flavor):
     return selectors
   if callable(blocks):
     return [_CallableSelector(blocks)]
-  raise TypeError(
-      "A block must be a layer, a variable, a callable returning variables, a regular "
-      f"expression (str) or a list of those; got {blocks!r}.")
+  raise TypeError("A block must be a layer, a variable, a callable returning variables, a regular "
+                  f"expression (str) or a list of those; got {blocks!r}.")
 
 
 class _Entry:
@@ -326,8 +327,9 @@ class RoutingTable:
     previous = list(self.entries)
     if is_update:
       # An update of the very same blocks replaces the earlier update.
-      self.entries = [e for e in self.entries
-                      if not (e.is_update and _same_selectors(e.selectors, selectors))]
+      self.entries = [
+          e for e in self.entries if not (e.is_update and _same_selectors(e.selectors, selectors))
+      ]
     self.entries.append(entry)
     try:
       if self.candidates is None:
@@ -360,8 +362,8 @@ class RoutingTable:
                   f"{optimizer_label(entry.optimizer)}. The set of variables handled by each "
                   "optimizer must be disjoint" +
                   (" (update() overrides the constructor and add(), but two update() calls "
-                   "claiming one variable for different optimizers are ambiguous)."
-                   if override else "."))
+                   "claiming one variable for different optimizers are ambiguous)." if override else
+                   "."))
             claimed_here[key] = entry.optimizer
             if override or key not in owners:
               owners[key] = (var, entry.optimizer)
@@ -431,8 +433,9 @@ class RoutingTable:
       self.candidates = variables
     else:
       keys = {self.flavor.var_key(v) for v in self.candidates}
-      self.candidates = self.candidates + [v for v in variables
-                                           if self.flavor.var_key(v) not in keys]
+      self.candidates = self.candidates + [
+          v for v in variables if self.flavor.var_key(v) not in keys
+      ]
     return per_optimizer
 
   def _scope(self, optimizer):
@@ -449,8 +452,7 @@ class RoutingTable:
     else:
       unknown = [v for v in with_grads if self.flavor.var_key(v) not in self.assignment]
       if unknown:
-        self.build(self.candidates + unknown,
-                   required=[self.flavor.var_key(v) for v in unknown])
+        self.build(self.candidates + unknown, required=[self.flavor.var_key(v) for v in unknown])
     groups = {}
     for grad, var in grads_and_vars:
       if grad is None:
@@ -485,14 +487,15 @@ class RoutingTable:
         except Exception as e:  # pylint: disable=broad-except
           raise ValueError(
               f"{self.owner_label} cannot serialize the block {selector.describe()}: its "
-              f"variables are not available yet ({e}). Build the router (or the model) first.") from e
+              f"variables are not available yet ({e}). Build the router (or the model) first."
+          ) from e
         if not variables and isinstance(selector, _LayerSelector):
           raise ValueError(
               f"{self.owner_label} cannot serialize the block {selector.layer!r}: the layer has "
               "no variables yet. Build the model first.")
         patterns.extend(re.escape(flavor.var_path(v)) for v in variables)
-      result.append({"optimizer": index[id(entry.optimizer)], "blocks": patterns,
-                     "update": entry.is_update})
+      result.append(
+          {"optimizer": index[id(entry.optimizer)], "blocks": patterns, "update": entry.is_update})
     return result
 
 

@@ -36,14 +36,14 @@ class _TfKerasMixin:
 class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-               amsgrad=False, name="LazyAdam", **kwargs):
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
+               name="LazyAdam", **kwargs):
     _core.check_amsgrad(amsgrad)
     if kwargs.pop("adaptive_epsilon", False):
       raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
     kwargs.setdefault("jit_compile", False)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                     amsgrad=False, name=name, **kwargs)
 
   def update_step(self, gradient, variable):
     index = self._index(variable)
@@ -76,8 +76,9 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     self.clipping_factors = []
     initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
-      self._accumulators.append(self.add_variable_from_reference(
-          var, "accumulator", initial_value=initializer(shape=var.shape, dtype=var.dtype)))
+      self._accumulators.append(
+          self.add_variable_from_reference(
+              var, "accumulator", initial_value=initializer(shape=var.shape, dtype=var.dtype)))
       if self.export_clipping_factors:
         self.clipping_factors.append(
             self.add_variable_from_reference(var, "clipping_factor", shape=()))
