@@ -21,9 +21,10 @@ from tensorflow.python.ops import control_flow_util
 
 from tf_opt_ops import _standard_ops
 from tf_opt_ops import ops
-from tf_opt_ops._variables import handle
-from tf_opt_ops._variables import scalar_dtype
-from tf_opt_ops._variables import value_dtype
+from tf_opt_ops._convert import adam_scalars
+from tf_opt_ops._convert import handle
+from tf_opt_ops._convert import scalar_dtype
+from tf_opt_ops._convert import value_dtype
 
 _logged = set()
 _log_lock = threading.Lock()
@@ -101,7 +102,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   if indices is not None and in_xla_context():
     _log_fallback_once("LazyAdam")
     return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, **hypers)
-  scalars, _ = _standard_ops.adam_scalars(scalar_dtype(dtype), **hypers)
+  scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   if indices is not None:
     return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking, **scalars)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
@@ -131,7 +132,7 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   When `clipping_factor` (a scalar variable) is given, the scale is assigned to it.
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
-  grad, indices, dtype = _gradient(var, grad, indices)
+  grad, indices, _ = _gradient(var, grad, indices)
   hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
                 accumulator_relative_threshold=accumulator_relative_threshold,
                 absolute_threshold=absolute_threshold)
@@ -140,13 +141,11 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   if in_xla_context():
     _log_fallback_once("ClippyAdagrad")
     scale = _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags)
+  elif indices is not None:
+    scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking, **hypers,
+                                      **flags)
   else:
-    scalars = _standard_ops.clippy_scalars(scalar_dtype(dtype), **hypers)
-    if indices is not None:
-      scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
-                                        **scalars, **flags)
-    else:
-      scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **scalars, **flags)
+    scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags)
   if clipping_factor is not None:
     value = tf.cast(scale, tf.as_dtype(clipping_factor.dtype))
     tf.raw_ops.AssignVariableOp(resource=handle(clipping_factor), value=value)

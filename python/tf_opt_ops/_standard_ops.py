@@ -15,28 +15,13 @@ hyperparameters numbers, tensors, variables or callables. Half-precision
 variables compute in float32; only the stored values are rounded.
 """
 
-import numbers
-
 import tensorflow as tf
 
-from tf_opt_ops._variables import handle
-from tf_opt_ops._variables import scalar_dtype
-from tf_opt_ops._variables import value_dtype
-
-
-def resolve(value):
-  """A hyperparameter's current value: calls callables, leaves the rest."""
-  if callable(value) and not isinstance(value, (tf.Variable, tf.Tensor)):
-    return value()
-  return value
-
-
-def scalar(value, dtype):
-  """A hyperparameter as a scalar tensor of `dtype`."""
-  value = resolve(value)
-  if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "value"):
-    return tf.cast(tf.convert_to_tensor(value), dtype)
-  return tf.constant(value, dtype)
+from tf_opt_ops._convert import adam_scalars
+from tf_opt_ops._convert import clippy_scalars
+from tf_opt_ops._convert import handle
+from tf_opt_ops._convert import scalar_dtype
+from tf_opt_ops._convert import value_dtype
 
 
 def deduplicate(values, indices):
@@ -66,24 +51,6 @@ def _write(variable, stored, rows, value):
 
 
 # ----------------------------------------------------------------------------- Adam
-
-
-def adam_scalars(dtype, *, lr, beta_1, beta_2, epsilon, step):
-  """Adam's hyperparameters as `dtype` scalars, keyed as `ops.sparse_lazy_adam` takes
-  them, with `beta_1_power`, `beta_2_power` = beta^step (None when `step` is None);
-  and (1 - beta_1, 1 - beta_2), taken in Python double precision for numbers as
-  Keras' and tf_keras' `Adam.update_step` do."""
-  beta_1, beta_2 = resolve(beta_1), resolve(beta_2)
-  one_minus = tuple(
-      scalar(1 - b if isinstance(b, numbers.Number) else 1 - scalar(b, dtype), dtype)
-      for b in (beta_1, beta_2))
-  scalars = dict(lr=scalar(lr, dtype), beta_1=scalar(beta_1, dtype), beta_2=scalar(beta_2, dtype),
-                 epsilon=scalar(epsilon, dtype), beta_1_power=None, beta_2_power=None)
-  if step is not None:
-    step = scalar(step, dtype)
-    scalars.update(beta_1_power=tf.pow(scalars["beta_1"], step),
-                   beta_2_power=tf.pow(scalars["beta_2"], step))
-  return scalars, one_minus
 
 
 def _adam(var, m, v, stored, grad, rows, *, lr, beta_1, beta_2, epsilon, step):
@@ -128,16 +95,6 @@ def dense_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step):
 
 
 # ----------------------------------------------------------------------------- Clippy Adagrad
-
-
-def clippy_scalars(dtype, *, lr, epsilon, variable_relative_threshold,
-                   accumulator_relative_threshold, absolute_threshold):
-  """Clippy Adagrad's hyperparameters as `dtype` scalars, keyed as `ops.clippy_adagrad`
-  takes them."""
-  return dict(lr=scalar(lr, dtype), epsilon=scalar(epsilon, dtype),
-              variable_relative_threshold=scalar(variable_relative_threshold, dtype),
-              accumulator_relative_threshold=scalar(accumulator_relative_threshold, dtype),
-              absolute_threshold=scalar(absolute_threshold, dtype))
 
 
 def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,

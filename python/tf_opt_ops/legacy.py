@@ -21,7 +21,7 @@ from tf_opt_ops import _registry
 from tf_opt_ops._router_legacy import CompositeOptimizer
 from tf_opt_ops._router_legacy import MultiOptimizer
 from tf_opt_ops._router_legacy import OptimizerBlocks
-from tf_opt_ops._variables import scalar_dtype
+from tf_opt_ops._convert import scalar_dtype
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 

@@ -13,8 +13,10 @@ once, in its op's doc (`tf_opt_ops/lazy_adam_ops.cc`,
 import tensorflow as tf
 
 from tf_opt_ops._loader import load_library
-from tf_opt_ops._variables import handle as _handle
-from tf_opt_ops._variables import scalar_dtype  # public here: the kernels' scalar dtype
+from tf_opt_ops._convert import clippy_scalars as _clippy_scalars
+from tf_opt_ops._convert import handle as _handle
+from tf_opt_ops._convert import scalar as _scalar
+from tf_opt_ops._convert import scalar_dtype  # public here: the kernels' scalar dtype
 
 # The op names carry the library prefix `TfOptOps>`, so a SavedModel that uses
 # them names this library when it is loaded without it.
@@ -23,10 +25,6 @@ OP_NAMES = (
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
 )
-
-
-def _scalar(value, dtype):
-  return tf.cast(value, dtype) if isinstance(value, tf.Tensor) else tf.constant(value, dtype)
 
 
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
@@ -47,15 +45,6 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
       use_locking=use_locking, name=name)
 
 
-def _clippy_hypers(grad, lr, epsilon, variable_relative_threshold, accumulator_relative_threshold,
-                   absolute_threshold):
-  s = scalar_dtype(grad.dtype)
-  return dict(lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
-              variable_relative_threshold=_scalar(variable_relative_threshold, s),
-              accumulator_relative_threshold=_scalar(accumulator_relative_threshold, s),
-              absolute_threshold=_scalar(absolute_threshold, s))
-
-
 def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,
                    accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
                    clip_accumulator_update=False, use_standard_accumulator_update=False,
@@ -72,8 +61,10 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
       clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
       name=name,
-      **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
-                       accumulator_relative_threshold, absolute_threshold))
+      **_clippy_scalars(scalar_dtype(grad.dtype), lr=lr, epsilon=epsilon,
+                        variable_relative_threshold=variable_relative_threshold,
+                        accumulator_relative_threshold=accumulator_relative_threshold,
+                        absolute_threshold=absolute_threshold))
 
 
 def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
@@ -92,5 +83,7 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
       clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
       name=name,
-      **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
-                       accumulator_relative_threshold, absolute_threshold))
+      **_clippy_scalars(scalar_dtype(grad.dtype), lr=lr, epsilon=epsilon,
+                        variable_relative_threshold=variable_relative_threshold,
+                        accumulator_relative_threshold=accumulator_relative_threshold,
+                        absolute_threshold=absolute_threshold))
