@@ -73,7 +73,7 @@ def _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update
                      "both be set to True.")
 
 
-def _gradient(var, grad, indices):
+def _split_gradient(var, grad, indices):
   """(gradient values cast to `var`'s dtype, indices or None, that dtype)."""
   if indices is None and isinstance(grad, tf.IndexedSlices):
     grad, indices = grad.values, grad.indices
@@ -97,7 +97,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   the 1-based step t; the hyperparameters may be numbers, tensors, variables or
   callables.
   """
-  grad, indices, dtype = _gradient(var, grad, indices)
+  grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
   if indices is not None and in_xla_context():
     _log_fallback_once("LazyAdam")
@@ -132,7 +132,7 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   When `clipping_factor` (a scalar variable) is given, the scale is assigned to it.
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
-  grad, indices, _ = _gradient(var, grad, indices)
+  grad, indices, _ = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
                 accumulator_relative_threshold=accumulator_relative_threshold,
                 absolute_threshold=absolute_threshold)

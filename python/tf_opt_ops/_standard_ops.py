@@ -50,12 +50,26 @@ def _write(variable, stored, rows, value):
   return tf.raw_ops.ResourceScatterUpdate(resource=h, indices=rows, updates=value)
 
 
+def _gradient(var, grad, indices):
+  """(the dtype `var` stores, the gradient in the compute dtype, the rows it names or None).
+
+  The gradient is first rounded to the stored dtype, as the fused ops take it;
+  with `indices`, the rows that share an index are summed.
+  """
+  grad = tf.convert_to_tensor(grad)
+  stored = value_dtype(var, grad)
+  g = tf.cast(tf.cast(grad, stored), scalar_dtype(stored))
+  if indices is None:
+    return stored, g, None
+  g, rows = deduplicate(g, indices)
+  return stored, g, rows
+
+
 # ----------------------------------------------------------------------------- Adam
 
 
-def _adam(var, m, v, stored, grad, rows, *, lr, beta_1, beta_2, epsilon, step):
-  """Adam on `rows` of `var`, `m`, `v` (every element when `rows` is None); `grad` is in
-  the scalar dtype, the variables store `stored`."""
+def _adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step):
+  stored, g, rows = _gradient(var, grad, indices)
   s = scalar_dtype(stored)
   scalars, one_minus = adam_scalars(s, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                                     step=step)
@@ -64,8 +78,8 @@ def _adam(var, m, v, stored, grad, rows, *, lr, beta_1, beta_2, epsilon, step):
     alpha = alpha * tf.sqrt(1 - scalars["beta_2_power"]) / (1 - scalars["beta_1_power"])
   w, m_t, v_t = (_read(x, stored, rows, s) for x in (var, m, v))
   # Keras' Adam arithmetic, operation for operation: the dense path must equal it bit for bit.
-  m_t = m_t + (grad - m_t) * one_minus[0]
-  v_t = v_t + (tf.square(grad) - v_t) * one_minus[1]
+  m_t = m_t + (g - m_t) * one_minus[0]
+  v_t = v_t + (tf.square(g) - v_t) * one_minus[1]
   w = w - (m_t * alpha) / (tf.sqrt(v_t) + scalars["epsilon"])
   return tf.group(*[_write(x, stored, rows, new) for x, new in zip((var, m, v), (w, m_t, v_t))])
 
@@ -77,21 +91,14 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, s
   `lr` is taken as the step's already corrected rate (as TF Addons' `LazyAdam`
   computes it before its row update). Returns the update op.
   """
-  grad = tf.convert_to_tensor(grad)
-  stored = value_dtype(var, grad)
-  grad = tf.cast(grad, stored)  # as the fused ops take it
-  grad, rows = deduplicate(tf.cast(grad, scalar_dtype(stored)), indices)
-  return _adam(var, m, v, stored, grad, rows, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+  return _adam(var, m, v, grad, indices, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                step=step)
 
 
 def dense_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step):
   """Adam on every element of `var`, `m`, `v`. Returns the update op."""
-  grad = tf.convert_to_tensor(grad)
-  stored = value_dtype(var, grad)
-  grad = tf.cast(grad, stored)  # as the fused ops take it
-  return _adam(var, m, v, stored, tf.cast(grad, scalar_dtype(stored)), None, lr=lr, beta_1=beta_1,
-               beta_2=beta_2, epsilon=epsilon, step=step)
+  return _adam(var, m, v, grad, None, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+               step=step)
 
 
 # ----------------------------------------------------------------------------- Clippy Adagrad
@@ -105,17 +112,12 @@ def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_rela
   With `indices`, only the rows they name (duplicates summed) are read and
   written, and the scale is the minimum over those rows.
   """
-  grad = tf.convert_to_tensor(grad)
-  stored = value_dtype(var, grad)
-  grad = tf.cast(grad, stored)  # as the fused ops take it
+  stored, g, rows = _gradient(var, grad, indices)
   s = scalar_dtype(stored)
   hypers = clippy_scalars(s, lr=lr, epsilon=epsilon,
                           variable_relative_threshold=variable_relative_threshold,
                           accumulator_relative_threshold=accumulator_relative_threshold,
                           absolute_threshold=absolute_threshold)
-  g, rows = tf.cast(grad, s), None
-  if indices is not None:
-    g, rows = deduplicate(g, indices)
   w, a = _read(var, stored, rows, s), _read(accum, stored, rows, s)
   if use_standard_accumulator_update:
     a = a + g * g
