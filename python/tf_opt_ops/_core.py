@@ -196,15 +196,16 @@ class ClippyAdagradMixin:
                           clipping_factor=clipping_factor, use_locking=use_locking, indices=indices)
 
 
-# Shared class docstrings: the formulas are stated once, in the op docs.
+# The class docstrings every flavor shares; each formula is stated once, in its op's doc.
 LAZY_ADAM_DOC = """Lazy Adam: sparse gradients update only the rows they name.
 
   Replaces TensorFlow Addons' and Merlin's `LazyAdam`. A `tf.IndexedSlices`
   gradient (an embedding lookup's) updates only the rows it names, duplicates
-  summed, in one fused kernel (the math: `tf_opt_ops.ops.sparse_lazy_adam`); a
-  dense gradient gets this flavor's standard Adam update. State (slots `m`/`v`,
-  or momentums and velocities) is that of this flavor's `Adam`, so checkpoints
-  move both ways. Options are `Adam`'s; `amsgrad=True` raises `ValueError`.
+  summed, in one fused kernel (the math: op `TfOptOps>ResourceSparseApplyLazyAdam`,
+  `tf_opt_ops/lazy_adam_ops.cc`); a dense gradient gets this flavor's standard
+  Adam update. State (slots `m`/`v`, or momentums and velocities) is that of
+  this flavor's `Adam`, so checkpoints move both ways. Options are `Adam`'s;
+  `amsgrad=True` raises `ValueError`.
   """
 
 CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302.09178).
@@ -212,8 +213,8 @@ CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302
   Replaces TensorFlow Recommenders' `ClippyAdagrad`, with its options and state
   (an `accumulator` per variable), computed by fused kernels: dense, and sparse
   on the rows a `tf.IndexedSlices` gradient names, duplicates summed (the math:
-  `tf_opt_ops.ops.clippy_adagrad`). `export_clipping_factors=True` keeps
-  `clipping_factors`, one scalar variable per model variable holding the last
-  scale. `clip_accumulator_update` and `use_standard_accumulator_update` cannot
-  both be True.
+  op `TfOptOps>ResourceApplyClippyAdagrad`, `tf_opt_ops/clippy_adagrad_ops.cc`).
+  `export_clipping_factors=True` keeps `clipping_factors`, one scalar variable
+  per model variable holding the last scale. `clip_accumulator_update` and
+  `use_standard_accumulator_update` cannot both be True.
   """

@@ -122,6 +122,8 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     return config
 
 
+# Our names, and the names of the classes we replace. Why: see docs/design.md,
+# "Keras flavors and checkpoints".
 _registry.register("keras", LazyAdam, "tf_opt_ops",
                    aliases=("Addons>LazyAdam", "merlin.models>LazyAdam"))
 _registry.register("keras", ClippyAdagrad, "tf_opt_ops", aliases=("Custom>ClippyAdagrad",))

@@ -18,10 +18,10 @@ from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
 
 from tf_opt_ops import _core
 from tf_opt_ops import _registry
+from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._router_legacy import CompositeOptimizer
 from tf_opt_ops._router_legacy import MultiOptimizer
 from tf_opt_ops._router_legacy import OptimizerBlocks
-from tf_opt_ops._convert import scalar_dtype
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -168,6 +168,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     return config
 
 
+# Our names, and the names of the classes we replace. Why: see docs/design.md,
+# "Keras flavors and checkpoints".
 _registry.register("tf_keras", LazyAdam, "tf_opt_ops.legacy",
                    aliases=("Addons>LazyAdam", "merlin.models>LazyAdam"))
 _registry.register("tf_keras", ClippyAdagrad, "tf_opt_ops.legacy")

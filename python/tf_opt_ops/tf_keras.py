@@ -108,6 +108,8 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     return config
 
 
+# Our names, and the names of the classes we replace. Why: see docs/design.md,
+# "Keras flavors and checkpoints".
 # TFRS' ClippyAdagrad is a tf_keras (new) optimizer; TFA's and Merlin's LazyAdam
 # are legacy optimizers, whose names `tf_opt_ops.legacy` takes.
 _registry.register("tf_keras", LazyAdam, "tf_opt_ops.tf_keras")
