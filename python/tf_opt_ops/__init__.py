@@ -6,52 +6,54 @@ says what to do.
 
 The optimizers come in one module per Keras optimizer API:
 `tf_opt_ops.keras` (Keras 3), `tf_opt_ops.tf_keras` (tf_keras new optimizers)
-and `tf_opt_ops.legacy` (tf_keras OptimizerV2). `tf_opt_ops.LazyAdam` and
-`tf_opt_ops.ClippyAdagrad` are the flavor matching `tf.keras` in this process
-(Keras 3, or tf_keras when `TF_USE_LEGACY_KERAS=1`).
+and `tf_opt_ops.legacy` (tf_keras OptimizerV2). Importing the package imports
+each one whose Keras is installed, which registers our classes and the names
+of the classes they replace (`Addons>LazyAdam`, `merlin.models>LazyAdam`,
+`Custom>ClippyAdagrad`, ...) for loading model files. The names at the top
+level are the flavor matching `tf.keras` in this process (Keras 3, or tf_keras
+when `TF_USE_LEGACY_KERAS=1`).
 """
 
 import importlib
 
+import tensorflow as tf
+
 from tf_opt_ops import ops
 from tf_opt_ops._loader import load_library
-
-load_library()
-
 from tf_opt_ops._version import __version__
 
-_FLAVOR_EXPORTS = ("LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer",
-                   "OptimizerBlocks")
+__all__ = [
+    "LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks", "ops",
+    "keras_flavor", "__version__"
+]
+
+load_library()
 
 
 def keras_flavor():
   """The flavor module name matching `tf.keras` here: "keras" or "tf_keras"."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
   module = tf.keras.optimizers.Optimizer.__module__
   return "tf_keras" if module.split(".")[0] == "tf_keras" else "keras"
 
 
-def __getattr__(name):
-  if name in _FLAVOR_EXPORTS:
-    module = importlib.import_module(f"tf_opt_ops.{keras_flavor()}")
-    return getattr(module, name)
-  raise AttributeError(f"module 'tf_opt_ops' has no attribute {name!r}")
+def _import_flavor(flavor, keras_package):
+  """The flavor module, or None when its Keras is not installed (tf_keras is optional)."""
+  try:
+    return importlib.import_module(f"tf_opt_ops.{flavor}")
+  except ModuleNotFoundError as e:
+    if e.name != keras_package:
+      raise
+    return None
 
 
-def _register_serializables():
-  """Imports the flavor modules whose Keras is installed, registering our classes.
-
-  Afterwards `Addons>LazyAdam`, `merlin.models>LazyAdam` and
-  `Custom>ClippyAdagrad` resolve to our optimizers in model files. A Keras
-  that is not installed is skipped (tf_keras is optional).
-  """
-  for flavor, package in (("keras", "keras"), ("tf_keras", "tf_keras"), ("legacy", "tf_keras")):
-    try:
-      importlib.import_module(f"tf_opt_ops.{flavor}")
-    except ModuleNotFoundError as e:
-      if e.name != package:
-        raise
-
-
-_register_serializables()
+_FLAVORS = {
+    "keras": _import_flavor("keras", "keras"),
+    "tf_keras": _import_flavor("tf_keras", "tf_keras"),
+    "legacy": _import_flavor("legacy", "tf_keras"),
+}
+_default = _FLAVORS[keras_flavor()]
+LazyAdam = _default.LazyAdam
+ClippyAdagrad = _default.ClippyAdagrad
+CompositeOptimizer = _default.CompositeOptimizer
+MultiOptimizer = _default.MultiOptimizer
+OptimizerBlocks = _default.OptimizerBlocks

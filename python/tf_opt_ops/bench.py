@@ -105,16 +105,12 @@ class AdamCase:
 
 
 def composite_lazy_adam(var, m, v, grad, indices, lr_t, beta_1, beta_2, epsilon):
-  """Lazy Adam as Python optimizers write it today (TF Addons / Merlin), with
-  the base class's deduplication: unique + segment sum, gather, scatter back."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  unique, position = tf.unique(indices)
-  g = tf.math.unsorted_segment_sum(grad, position, tf.size(unique))
-  m_t = beta_1 * tf.gather(m, unique) + (1 - beta_1) * g
-  v_t = beta_2 * tf.gather(v, unique) + (1 - beta_2) * g * g
-  m.scatter_update(tf.IndexedSlices(m_t, unique))
-  v.scatter_update(tf.IndexedSlices(v_t, unique))
-  var.scatter_sub(tf.IndexedSlices(lr_t * m_t / (tf.sqrt(v_t) + epsilon), unique))
+  """Lazy Adam as Python optimizers write it today (TF Addons / Merlin): unique +
+  segment sum, gather, scatter back; `lr_t` is the step's bias-corrected rate.
+  The same code is the optimizers' XLA fallback."""
+  from tf_opt_ops import _standard_ops  # pylint: disable=g-import-not-at-top
+  return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, lr=lr_t, beta_1=beta_1,
+                                        beta_2=beta_2, epsilon=epsilon, step=None)
 
 
 def count_ops(fn, *args):

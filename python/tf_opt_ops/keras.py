@@ -10,6 +10,10 @@ import keras
 import tensorflow as tf
 
 from tf_opt_ops import _core
+from tf_opt_ops import _registry
+from tf_opt_ops._router_keras import CompositeOptimizer
+from tf_opt_ops._router_keras import MultiOptimizer
+from tf_opt_ops._router_keras import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -79,7 +83,15 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
     super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-    self._init_clippy(locals())
+    # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
+    # the checks and storage are shared.
+    self._init_clippy(initial_accumulator_value=initial_accumulator_value,
+                      variable_relative_threshold=variable_relative_threshold,
+                      accumulator_relative_threshold=accumulator_relative_threshold,
+                      absolute_threshold=absolute_threshold, epsilon=epsilon,
+                      export_clipping_factors=export_clipping_factors,
+                      clip_accumulator_update=clip_accumulator_update,
+                      use_standard_accumulator_update=use_standard_accumulator_update)
     self.clipping_factors = []
 
   def build(self, var_list):
@@ -110,29 +122,8 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     return config
 
 
-_REGISTERED = {
-    "tf_opt_ops>LazyAdam": LazyAdam,
-    "tf_opt_ops>ClippyAdagrad": ClippyAdagrad,
-}
-_ALIASES = {
-    "Addons>LazyAdam": LazyAdam,
-    "merlin.models>LazyAdam": LazyAdam,
-    "Custom>ClippyAdagrad": ClippyAdagrad,
-}
-
-
-def _register():
-  for name, cls in _REGISTERED.items():
-    package, class_name = name.split(">")
-    keras.saving.register_keras_serializable(package=package, name=class_name)(cls)
-  # Aliases resolve old files' names (even over a registration by the library we
-  # replace) without changing the name we save under.
-  objects = keras.saving.get_custom_objects()
-  for name, cls in _ALIASES.items():
-    objects[name] = cls
-
-
-_register()
-
-# The router (CompositeOptimizer, MultiOptimizer) for this Keras API.
-from tf_opt_ops._router_keras import CompositeOptimizer, MultiOptimizer, OptimizerBlocks  # pylint: disable=g-import-not-at-top,wrong-import-position
+# Our names, and the names of the classes we replace. Why: see docs/design.md,
+# "Keras flavors and checkpoints".
+_registry.register("keras", LazyAdam, "tf_opt_ops",
+                   aliases=("Addons>LazyAdam", "merlin.models>LazyAdam"))
+_registry.register("keras", ClippyAdagrad, "tf_opt_ops", aliases=("Custom>ClippyAdagrad",))

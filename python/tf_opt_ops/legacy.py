@@ -17,8 +17,11 @@ import tf_keras
 from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
 
 from tf_opt_ops import _core
-from tf_opt_ops import ops
-from tf_opt_ops.tf_keras import _register
+from tf_opt_ops import _registry
+from tf_opt_ops._convert import scalar_dtype
+from tf_opt_ops._router_legacy import CompositeOptimizer
+from tf_opt_ops._router_legacy import MultiOptimizer
+from tf_opt_ops._router_legacy import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -31,10 +34,10 @@ class _LegacyMixin:
 
   def _scalar_hyper(self, name, var):
     """A hyperparameter in the kernels' scalar dtype (float32 for half variables)."""
-    return self._get_hyper(name, ops.scalar_dtype(var.dtype.base_dtype))
+    return self._get_hyper(name, scalar_dtype(var.dtype.base_dtype))
 
   def _lr(self, var):
-    return self._decayed_lr(ops.scalar_dtype(var.dtype.base_dtype))
+    return self._decayed_lr(scalar_dtype(var.dtype.base_dtype))
 
 
 class LazyAdam(_LegacyMixin, tf_keras.optimizers.legacy.Adam):
@@ -69,7 +72,15 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
                absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
-    self._init_clippy(locals())
+    # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
+    # the checks and storage are shared.
+    self._init_clippy(initial_accumulator_value=initial_accumulator_value,
+                      variable_relative_threshold=variable_relative_threshold,
+                      accumulator_relative_threshold=accumulator_relative_threshold,
+                      absolute_threshold=absolute_threshold, epsilon=epsilon,
+                      export_clipping_factors=export_clipping_factors,
+                      clip_accumulator_update=clip_accumulator_update,
+                      use_standard_accumulator_update=use_standard_accumulator_update)
     super().__init__(name, **kwargs)
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)
@@ -157,9 +168,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     return config
 
 
-_register(
-    {"tf_opt_ops.legacy>LazyAdam": LazyAdam, "tf_opt_ops.legacy>ClippyAdagrad": ClippyAdagrad},
-    {"Addons>LazyAdam": LazyAdam, "merlin.models>LazyAdam": LazyAdam})
-
-# The router (CompositeOptimizer, MultiOptimizer) for this Keras API.
-from tf_opt_ops._router_legacy import CompositeOptimizer, MultiOptimizer, OptimizerBlocks  # pylint: disable=g-import-not-at-top,wrong-import-position
+# Our names, and the names of the classes we replace. Why: see docs/design.md,
+# "Keras flavors and checkpoints".
+_registry.register("tf_keras", LazyAdam, "tf_opt_ops.legacy",
+                   aliases=("Addons>LazyAdam", "merlin.models>LazyAdam"))
+_registry.register("tf_keras", ClippyAdagrad, "tf_opt_ops.legacy")

@@ -5,12 +5,18 @@ resource handle tensor), the gradient, and the hyperparameters as Python
 numbers or scalar tensors. Hyperparameters are float64 for float64 variables
 and float32 for every other type (float16/bfloat16 variables compute in float32
 inside the kernels). Duplicate indices are summed inside the kernels; rows not
-named by `indices` are not read or written.
+named by `indices` are not read or written. Each update's formula is stated
+once, in its op's doc (`tf_opt_ops/lazy_adam_ops.cc`,
+`tf_opt_ops/clippy_adagrad_ops.cc`).
 """
 
 import tensorflow as tf
 
 from tf_opt_ops._loader import load_library
+from tf_opt_ops._convert import clippy_scalars as _clippy_scalars
+from tf_opt_ops._convert import handle as _handle
+from tf_opt_ops._convert import scalar as _scalar
+from tf_opt_ops._convert import scalar_dtype  # public here: the kernels' scalar dtype
 
 # The op names carry the library prefix `TfOptOps>`, so a SavedModel that uses
 # them names this library when it is loaded without it.
@@ -21,32 +27,14 @@ OP_NAMES = (
 )
 
 
-def scalar_dtype(dtype):
-  """The dtype of the hyperparameter inputs for variables of `dtype`."""
-  return tf.float64 if tf.as_dtype(dtype) == tf.float64 else tf.float32
-
-
-def _handle(variable):
-  if isinstance(variable, tf.Tensor) and variable.dtype == tf.resource:
-    return variable
-  return variable.handle
-
-
-def _scalar(value, dtype):
-  return tf.cast(value, dtype) if isinstance(value, tf.Tensor) else tf.constant(value, dtype)
-
-
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
                      beta_2=0.999, epsilon=1e-7, use_locking=False, name=None):
-  """Lazy Adam on the rows of `var`, `m`, `v` named by `indices`.
+  """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
-  For each distinct row i of `indices` (duplicate rows' gradients summed first):
-    lr_t = lr * sqrt(1 - beta_2_power) / (1 - beta_1_power)
-    m[i] = beta_1 * m[i] + (1 - beta_1) * g[i]
-    v[i] = beta_2 * v[i] + (1 - beta_2) * g[i]^2
-    var[i] -= lr_t * m[i] / (sqrt(v[i]) + epsilon)
-  `beta_1_power`/`beta_2_power` are beta^t for the 1-based step t, as in
-  `tf.raw_ops.ResourceApplyAdam`. Returns the op (no outputs).
+  The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
+  (`tf_opt_ops/lazy_adam_ops.cc`). `beta_1_power`/`beta_2_power` are beta^t for
+  the 1-based step t, as in `tf.raw_ops.ResourceApplyAdam`. Returns the op (no
+  outputs).
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -57,31 +45,15 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
       use_locking=use_locking, name=name)
 
 
-def _clippy_hypers(grad, lr, epsilon, variable_relative_threshold, accumulator_relative_threshold,
-                   absolute_threshold):
-  s = scalar_dtype(grad.dtype)
-  return dict(lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
-              variable_relative_threshold=_scalar(variable_relative_threshold, s),
-              accumulator_relative_threshold=_scalar(accumulator_relative_threshold, s),
-              absolute_threshold=_scalar(absolute_threshold, s))
-
-
 def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,
                    accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
                    clip_accumulator_update=False, use_standard_accumulator_update=False,
                    use_locking=False, name=None):
   """Clippy Adagrad on every element of `var` with a dense `grad`.
 
-  Returns the clipping scale in [0, 1] (float64 for float64 variables, float32
-  otherwise), one per variable:
-    if use_standard_accumulator_update: accum += g^2
-    p = 1 / sqrt(accum + epsilon); delta = lr * g * p
-    max_d = variable_relative_threshold * |var| + accumulator_relative_threshold * p
-            + absolute_threshold
-    scale = min(1, min over delta != 0 of max_d / |delta|)
-    if not use_standard_accumulator_update:
-      accum += (g * scale)^2 if clip_accumulator_update else g^2
-    var -= delta * scale
+  The formula is the doc of op `TfOptOps>ResourceApplyClippyAdagrad`
+  (`tf_opt_ops/clippy_adagrad_ops.cc`). Returns the clipping scale in [0, 1]
+  (float64 for float64 variables, float32 otherwise), one per variable.
   """
   grad = tf.convert_to_tensor(grad)
   return load_library().tf_opt_ops_resource_apply_clippy_adagrad(
@@ -89,8 +61,10 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
       clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
       name=name,
-      **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
-                       accumulator_relative_threshold, absolute_threshold))
+      **_clippy_scalars(scalar_dtype(grad.dtype), lr=lr, epsilon=epsilon,
+                        variable_relative_threshold=variable_relative_threshold,
+                        accumulator_relative_threshold=accumulator_relative_threshold,
+                        absolute_threshold=absolute_threshold))
 
 
 def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
@@ -99,8 +73,9 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           use_standard_accumulator_update=False, use_locking=False, name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
-  The math is that of `clippy_adagrad` over the touched rows only; the scale is
-  the minimum over those rows. Returns the scale.
+  The math is that of `clippy_adagrad` over the touched rows only (op
+  `TfOptOps>ResourceSparseApplyClippyAdagrad`); the scale is the minimum over
+  those rows. Returns the scale.
   """
   grad = tf.convert_to_tensor(grad)
   return load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad(
@@ -108,5 +83,7 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
       clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
       name=name,
-      **_clippy_hypers(grad, lr, epsilon, variable_relative_threshold,
-                       accumulator_relative_threshold, absolute_threshold))
+      **_clippy_scalars(scalar_dtype(grad.dtype), lr=lr, epsilon=epsilon,
+                        variable_relative_threshold=variable_relative_threshold,
+                        accumulator_relative_threshold=accumulator_relative_threshold,
+                        absolute_threshold=absolute_threshold))

@@ -11,6 +11,10 @@ XLA the optimizers fall back to standard ops).
 import tf_keras
 
 from tf_opt_ops import _core
+from tf_opt_ops import _registry
+from tf_opt_ops._router_tf_keras import CompositeOptimizer
+from tf_opt_ops._router_tf_keras import MultiOptimizer
+from tf_opt_ops._router_tf_keras import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -61,7 +65,15 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
     kwargs.setdefault("jit_compile", False)
-    self._init_clippy(locals())
+    # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
+    # the checks and storage are shared.
+    self._init_clippy(initial_accumulator_value=initial_accumulator_value,
+                      variable_relative_threshold=variable_relative_threshold,
+                      accumulator_relative_threshold=accumulator_relative_threshold,
+                      absolute_threshold=absolute_threshold, epsilon=epsilon,
+                      export_clipping_factors=export_clipping_factors,
+                      clip_accumulator_update=clip_accumulator_update,
+                      use_standard_accumulator_update=use_standard_accumulator_update)
     super().__init__(name=name, **kwargs)
     self._learning_rate = self._build_learning_rate(learning_rate)
     self.clipping_factors = []
@@ -96,25 +108,10 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     return config
 
 
-_REGISTERED = {
-    "tf_opt_ops.tf_keras>LazyAdam": LazyAdam,
-    "tf_opt_ops.tf_keras>ClippyAdagrad": ClippyAdagrad,
-}
+# Our names, and the names of the classes we replace. Why: see docs/design.md,
+# "Keras flavors and checkpoints".
 # TFRS' ClippyAdagrad is a tf_keras (new) optimizer; TFA's and Merlin's LazyAdam
-# are legacy optimizers and resolve in `tf_opt_ops.legacy`.
-_ALIASES = {"Custom>ClippyAdagrad": ClippyAdagrad}
-
-
-def _register(registered, aliases):
-  for name, cls in registered.items():
-    package, class_name = name.split(">")
-    tf_keras.utils.register_keras_serializable(package=package, name=class_name)(cls)
-  objects = tf_keras.utils.get_custom_objects()
-  for name, cls in aliases.items():
-    objects[name] = cls
-
-
-_register(_REGISTERED, _ALIASES)
-
-# The router (CompositeOptimizer, MultiOptimizer) for this Keras API.
-from tf_opt_ops._router_tf_keras import CompositeOptimizer, MultiOptimizer, OptimizerBlocks  # pylint: disable=g-import-not-at-top,wrong-import-position
+# are legacy optimizers, whose names `tf_opt_ops.legacy` takes.
+_registry.register("tf_keras", LazyAdam, "tf_opt_ops.tf_keras")
+_registry.register("tf_keras", ClippyAdagrad, "tf_opt_ops.tf_keras",
+                   aliases=("Custom>ClippyAdagrad",))

@@ -1,0 +1,137 @@
+"""Lazy Adam, Adam and Clippy Adagrad written in standard TensorFlow ops.
+
+The same math as the fused kernels (stated once, in the op docs of
+`tf_opt_ops/lazy_adam_ops.cc` and `tf_opt_ops/clippy_adagrad_ops.cc`), for
+where those kernels do not run:
+
+- inside an XLA-compiled function, where custom ops have no kernels (Why: see
+  docs/design.md, "XLA fallback");
+- the dense Adam of the Keras 3 and tf_keras flavors, which must equal each
+  flavor's own `Adam` bit for bit;
+- the benchmark's composite baseline: what Python optimizers run today.
+
+Variables may be `tf.Variable`s, Keras 3 variables or resource handles;
+hyperparameters numbers, tensors, variables or callables. Half-precision
+variables compute in float32; only the stored values are rounded.
+"""
+
+import tensorflow as tf
+
+from tf_opt_ops._convert import adam_scalars
+from tf_opt_ops._convert import clippy_scalars
+from tf_opt_ops._convert import handle
+from tf_opt_ops._convert import scalar_dtype
+from tf_opt_ops._convert import value_dtype
+
+
+def deduplicate(values, indices):
+  """Sums the rows of `values` that share an index; returns (values, unique indices)."""
+  unique, positions = tf.unique(indices)
+  summed = tf.math.unsorted_segment_sum(values, positions, tf.shape(unique)[0])
+  return summed, unique
+
+
+def _read(variable, stored, rows, dtype):
+  """The `rows` of `variable` (all when `rows` is None), stored as `stored`, cast to `dtype`."""
+  h = handle(variable)
+  if rows is None:
+    value = tf.raw_ops.ReadVariableOp(resource=h, dtype=stored)
+  else:
+    value = tf.raw_ops.ResourceGather(resource=h, indices=rows, dtype=stored)
+  return tf.cast(value, dtype)
+
+
+def _write(variable, stored, rows, value):
+  """Stores `value`, rounded to `stored`, into the `rows` of `variable` (all when None)."""
+  h = handle(variable)
+  value = tf.cast(value, stored)
+  if rows is None:
+    return tf.raw_ops.AssignVariableOp(resource=h, value=value)
+  return tf.raw_ops.ResourceScatterUpdate(resource=h, indices=rows, updates=value)
+
+
+def _gradient(var, grad, indices):
+  """(the dtype `var` stores, the gradient in the compute dtype, the rows it names or None).
+
+  The gradient is first rounded to the stored dtype, as the fused ops take it;
+  with `indices`, the rows that share an index are summed.
+  """
+  grad = tf.convert_to_tensor(grad)
+  stored = value_dtype(var, grad)
+  g = tf.cast(tf.cast(grad, stored), scalar_dtype(stored))
+  if indices is None:
+    return stored, g, None
+  g, rows = deduplicate(g, indices)
+  return stored, g, rows
+
+
+# ----------------------------------------------------------------------------- Adam
+
+
+def _adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step):
+  stored, g, rows = _gradient(var, grad, indices)
+  s = scalar_dtype(stored)
+  scalars, one_minus = adam_scalars(s, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                                    step=step)
+  alpha = scalars["lr"]
+  if step is not None:
+    alpha = alpha * tf.sqrt(1 - scalars["beta_2_power"]) / (1 - scalars["beta_1_power"])
+  w, m_t, v_t = (_read(x, stored, rows, s) for x in (var, m, v))
+  # Keras' Adam arithmetic, operation for operation: the dense path must equal it bit for bit.
+  m_t = m_t + (g - m_t) * one_minus[0]
+  v_t = v_t + (tf.square(g) - v_t) * one_minus[1]
+  w = w - (m_t * alpha) / (tf.sqrt(v_t) + scalars["epsilon"])
+  return tf.group(*[_write(x, stored, rows, new) for x, new in zip((var, m, v), (w, m_t, v_t))])
+
+
+def sparse_lazy_adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step):
+  """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
+
+  `step` is the 1-based step t of Adam's bias correction; with `step=None`,
+  `lr` is taken as the step's already corrected rate (as TF Addons' `LazyAdam`
+  computes it before its row update). Returns the update op.
+  """
+  return _adam(var, m, v, grad, indices, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+               step=step)
+
+
+def dense_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step):
+  """Adam on every element of `var`, `m`, `v`. Returns the update op."""
+  return _adam(var, m, v, grad, None, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+               step=step)
+
+
+# ----------------------------------------------------------------------------- Clippy Adagrad
+
+
+def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
+                   accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
+                   use_standard_accumulator_update):
+  """Clippy Adagrad on `var` with accumulator `accum`; returns the clipping scale.
+
+  With `indices`, only the rows they name (duplicates summed) are read and
+  written, and the scale is the minimum over those rows.
+  """
+  stored, g, rows = _gradient(var, grad, indices)
+  s = scalar_dtype(stored)
+  hypers = clippy_scalars(s, lr=lr, epsilon=epsilon,
+                          variable_relative_threshold=variable_relative_threshold,
+                          accumulator_relative_threshold=accumulator_relative_threshold,
+                          absolute_threshold=absolute_threshold)
+  w, a = _read(var, stored, rows, s), _read(accum, stored, rows, s)
+  if use_standard_accumulator_update:
+    a = a + g * g
+  p = tf.math.rsqrt(a + hypers["epsilon"])
+  delta = hypers["lr"] * g * p
+  max_delta = (hypers["variable_relative_threshold"] * tf.abs(w) +
+               hypers["accumulator_relative_threshold"] * p + hypers["absolute_threshold"])
+  per_element = tf.where(tf.equal(delta, 0), tf.ones_like(delta),
+                         tf.math.divide_no_nan(max_delta, tf.abs(delta)))
+  scale = tf.minimum(tf.ones([], delta.dtype), tf.reduce_min(per_element))
+  if not use_standard_accumulator_update:
+    update = g * scale if clip_accumulator_update else g
+    a = a + update * update
+  with tf.control_dependencies(
+      [_write(accum, stored, rows, a),
+       _write(var, stored, rows, w - delta * scale)]):
+    return tf.identity(scale)
