@@ -175,10 +175,14 @@ def check_against_numpy(module, opt_name, dtype="float32", index_dtype="int32", 
   return opt, var, ref
 
 
+def variables_of(opt):
+  """`opt.variables` (a method in OptimizerV2, a property elsewhere)."""
+  return opt.variables() if callable(opt.variables) else opt.variables
+
+
 def optimizer_state(opt):
   """The optimizer's variables as NumPy arrays, in its own order."""
-  variables = opt.variables() if callable(opt.variables) else opt.variables
-  return [np.asarray(v.numpy()) for v in variables]
+  return [np.asarray(v.numpy()) for v in variables_of(opt)]
 
 
 def dense_grads(steps, seed=3, shape=(ROWS, COLS)):

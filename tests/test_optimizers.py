@@ -153,11 +153,6 @@ def make(flavor, opt, **options):
   return getattr(flavor.module, opt)(**options)
 
 
-def variables_of(opt):
-  """`opt.variables` (a method in OptimizerV2, a property elsewhere)."""
-  return opt.variables() if callable(opt.variables) else opt.variables
-
-
 @pytest.fixture
 def xla_fallback_messages():
   """The XLA fallback warnings logged while the test runs, the once-only memory cleared."""
@@ -336,28 +331,32 @@ def test_clipping_factors_exported(flavor):
   assert factor.shape == () and factor.dtype == var.dtype
   # Scalar weights, not slots (a SavedModel's RestoredOptimizer gives every slot
   # its variable's shape), listed after their variable's accumulator.
-  state = variables_of(opt)
+  state = checks.variables_of(opt)
   assert [tuple(v.shape) for v in state[-2:]] == [var.shape, ()]
   assert state[-1] is factor
 
 
-def state_names(flavor, optimizer):
-  """`optimizer.variables` names after one zero step on variables "a" (3x2) and "b" (4,)."""
+def state_layout(flavor, optimizer):
+  """(name, shape) of `optimizer.variables` after one zero step on variables "a" (3x2) and
+  "b" (4,)."""
   a = flavor.variable(np.zeros((3, 2), np.float32), name="a")
   b = flavor.variable(np.zeros((4,), np.float32), name="b")
   optimizer.apply_gradients([(tf.zeros((3, 2)), a), (tf.zeros((4,)), b)])
-  return tuple(v.name for v in variables_of(optimizer))
+  return [(v.name, tuple(v.shape)) for v in checks.variables_of(optimizer)]
 
 
-def test_lazy_adam_state_names_and_order_match_stock_adam(flavor):
-  names = state_names(flavor, flavor.module.LazyAdam(name="Adam"))
-  assert names == state_names(flavor, flavor.stock_adam(name="Adam"))
-  assert names == flavor.adam_state_names
+def test_lazy_adam_state_layout_matches_stock_adam(flavor):
+  layout = state_layout(flavor, flavor.module.LazyAdam(name="Adam"))
+  assert layout == state_layout(flavor, flavor.stock_adam(name="Adam"))
+  assert tuple(name for name, _ in layout) == flavor.adam_state_names
 
 
-def test_clippy_state_names_and_order(flavor):
+def test_clippy_state_layout(flavor):
   optimizer = flavor.module.ClippyAdagrad(name="Adam", export_clipping_factors=True)
-  assert state_names(flavor, optimizer) == flavor.clippy_state_names
+  layout = state_layout(flavor, optimizer)
+  assert tuple(name for name, _ in layout) == flavor.clippy_state_names
+  # Per variable its accumulator, then its scalar clipping factor.
+  assert [shape for _, shape in layout[-4:]] == [(3, 2), (), (4,), ()]
 
 
 @pytest.mark.parametrize("flavor", flavors_where("optimizer_v2"), indirect=True)
@@ -369,7 +368,7 @@ def test_slots(flavor):
   clippy = flavor.module.ClippyAdagrad(export_clipping_factors=True)
   clippy.apply_gradients([(tf.zeros((3, 2)), var)])
   assert clippy.get_slot_names() == ["accumulator"]  # the clipping factor is no slot
-  assert [v.ref() for v in variables_of(clippy)] == [
+  assert [v.ref() for v in checks.variables_of(clippy)] == [
       clippy.iterations.ref(),
       clippy.get_slot(var, "accumulator").ref(), clippy.clipping_factors[0].ref()
   ]
@@ -430,7 +429,7 @@ def test_clipping_factors_per_variable_with_equal_names(flavor):
   # The same variables again, and in the other order: no new factors.
   opt.apply_gradients(zip([tf.zeros((4,)), tf.zeros((6, 3))], variables[::-1]))
   assert len(opt.clipping_factors) == 2
-  assert len(variables_of(opt)) == len(flavor.clippy_state_names)
+  assert len(checks.variables_of(opt)) == len(flavor.clippy_state_names)
 
 
 @pytest.mark.parametrize("flavor", flavors_where("optimizer_v2"), indirect=True)
@@ -475,7 +474,7 @@ def test_clipping_factors_checkpoint_restore_before_first_step(flavor, tmp_path)
   _clippy_steps(src, src_vars, 2, seed=2)
   _clippy_steps(dst, dst_vars, 2, seed=2)
   status.assert_consumed()
-  assert len(variables_of(dst)) == len(flavor.clippy_state_names)
+  assert len(checks.variables_of(dst)) == len(flavor.clippy_state_names)
   for a, b in zip(
       _clippy_state(src, src_vars) + [v.numpy() for v in src_vars],
       _clippy_state(dst, dst_vars) + [v.numpy() for v in dst_vars], strict=True):

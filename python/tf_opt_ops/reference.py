@@ -11,8 +11,8 @@ CUDA build uses --fmad=false), and for float16/bfloat16 to the storage type's
 rounding.
 
 bfloat16 values are returned as their uint16 bit pattern (NumPy has no
-bfloat16 type); `load` also takes an `ml_dtypes.bfloat16` array, by its bits.
-`load`/`store` convert with round-to-nearest-even, like Eigen::bfloat16 and
+bfloat16 type); the functions also take `ml_dtypes.bfloat16` arrays, by their
+bits. `store` rounds to nearest even, like Eigen::bfloat16 and
 __float2bfloat16_rn.
 
 This module imports neither TensorFlow nor the rest of `tf_opt_ops`: the GPU
