@@ -3,7 +3,8 @@
 
 Drives libtfo_gpu_check.so (the .so's own .cu.cc kernels and launchers, built
 with plain nvcc: `make gpu-check-build`) through ctypes and compares every
-result with the NumPy references of reference.py (SPEC §2): all four variable
+result with the NumPy references of python/tf_opt_ops/reference.py (docs/design.md,
+"The math" and "GPU boundary"): all four variable
 types, int32 and int64 indices, duplicate indices, a heavy-hitter row, bad
 indices (rejected, nothing written), Clippy's flags, NaN gradients, and a
 table past 2^31 elements (64-bit offsets) when the GPU has the memory. Then it
@@ -22,6 +23,7 @@ the harness and the references on a machine without a GPU.
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import os
 import sys
@@ -29,10 +31,20 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import reference  # pylint: disable=g-import-not-at-top,wrong-import-position
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_reference():
+  """python/tf_opt_ops/reference.py by file path: importing the tf_opt_ops package would
+  import TensorFlow, which this check must run without."""
+  path = os.path.join(os.path.dirname(HERE), "python", "tf_opt_ops", "reference.py")
+  spec = importlib.util.spec_from_file_location("tf_opt_ops_reference", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+reference = _load_reference()
 DEFAULT_LIB = os.path.join(HERE, "build", "libtfo_gpu_check.so")
 DTYPE_CODE = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3}
 INDEX_CODE = {np.int32: 0, np.int64: 1}
@@ -483,7 +495,7 @@ BIG_TABLE_ROWS, BIG_TABLE_DIM = 2**24 + 16, 128
 
 
 def check_big_table(backend, report, rng, free_bytes):
-  """Rows past 2^31 elements: offsets computed in 64 bits (SPEC §2)."""
+  """Rows past 2^31 elements: offsets computed in 64 bits (docs/design.md, "Invariants")."""
   dim = BIG_TABLE_DIM
   num_rows = BIG_TABLE_ROWS
   elem = num_rows * dim
@@ -641,12 +653,13 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
         f"{'  (zipf 1.2 rows)' if kind == 'zipf' else ''}", flush=True)
 
 
-# The issue's targets are set at 1M rows x 128, batch 131072.
+# The performance targets (docs/design.md, "GPU boundary") are set at 1M rows x 128,
+# batch 131072.
 TARGET_SIZE = (1 << 20, 128, 131072)
 
 
 def targets(report):
-  """The issue's targets at TARGET_SIZE (reported; enforced only with --strict-perf)."""
+  """The performance targets at TARGET_SIZE (reported; enforced only with --strict-perf)."""
   rows = [
       r for r in report.results["bench"]
       if (r["rows"], r["dim"], r["batch"]) == TARGET_SIZE and r["kind"] == "uniform"

@@ -1,4 +1,6 @@
-"""SPEC section 4: training under MirroredStrategy equals one device on the same global batch.
+"""Training under MirroredStrategy equals one device on the same global batch.
+
+Why: see docs/design.md, "Production".
 
 Each flavor (Keras 3, tf_keras, tf_keras legacy) runs in its own subprocess:
 TensorFlow's logical devices must be configured before TensorFlow initialises
@@ -125,9 +127,10 @@ def results():
   """Runs the three flavors' subprocesses concurrently; {flavor: results}."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("TF_USE_LEGACY_KERAS", None)
+  command = [sys.executable, os.path.abspath(__file__)]
   procs = {
-      f: subprocess.Popen([sys.executable, os.path.abspath(__file__), f], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for f in FLAVORS
+      f: subprocess.Popen(command + [f], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) for f in FLAVORS
   }
   out = {}
   for flavor, proc in procs.items():

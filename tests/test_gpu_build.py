@@ -7,7 +7,7 @@
   runtime, and every TensorFlow symbol it imports is defined by
   libtensorflow_framework.so.2 (none from libtensorflow_cc.so.2, which
   tensorflow-cpu does not export to custom ops);
-- with it loaded, the CPU kernels still compute what gpu_check/reference.py
+- with it loaded, the CPU kernels still compute what tf_opt_ops/reference.py
   (the NumPy references the GPU check holds the CUDA kernels to) computes, so
   the references are themselves checked against the CPU kernels here.
 
@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,10 +29,7 @@ import tf_opt_ops
 from tf_opt_ops import _build_info
 from tf_opt_ops import _loader
 from tf_opt_ops import ops
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "gpu_check"))
-import reference  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_opt_ops import reference
 
 CUDA_VERSION = getattr(_build_info, "CUDA_VERSION", None)
 EXPECT_CUDA = os.environ.get("TF_OPT_OPS_EXPECT_CUDA") == "1"

@@ -8,15 +8,28 @@ table and targets) so the first run on a GPU fails only if the kernels do.
 """
 
 import ctypes
+import importlib.util
 import os
+import subprocess
 import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "gpu_check"))
-import gpu_check  # pylint: disable=g-import-not-at-top,wrong-import-position
-import reference  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_opt_ops import reference
+
+GPU_CHECK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "gpu_check")
+
+
+def _load_gpu_check():
+  spec = importlib.util.spec_from_file_location("gpu_check",
+                                                os.path.join(GPU_CHECK_DIR, "gpu_check.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+gpu_check = _load_gpu_check()
 
 DTYPES = {0: "float16", 1: "bfloat16", 2: "float32", 3: "float64"}
 INDEX = {0: np.int32, 1: np.int64}
@@ -176,3 +189,17 @@ def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   assert "64-bit offsets lazy_adam var" in out_json.read_text()
   assert "target" in printed and out_json.exists()
   assert not fake.buffers, "the harness leaked device buffers"
+
+
+def test_gpu_check_loads_the_reference_without_tensorflow():
+  # The GPU machine may have no TensorFlow: gpu_check.py takes the references
+  # from python/tf_opt_ops/reference.py by file path, not through the package.
+  code = (
+      "import sys; sys.modules['tensorflow'] = None\n"  # `import tensorflow` now fails
+      "import gpu_check\n"
+      "assert gpu_check.reference.sparse_lazy_adam\n"
+      "assert 'tensorflow' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=GPU_CHECK_DIR, capture_output=True,
+                        text=True, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert os.path.samefile(gpu_check.reference.__file__, reference.__file__)

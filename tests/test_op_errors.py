@@ -1,5 +1,5 @@
-"""SPEC §5: every bad input fails with InvalidArgumentError naming the problem,
-and leaves every variable bit-identical."""
+"""Every bad input fails with InvalidArgumentError naming the problem, and leaves
+every variable bit-identical. Why: see docs/design.md, "Invariants"."""
 
 import re
 

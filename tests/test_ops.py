@@ -1,16 +1,33 @@
-"""The raw ops against the NumPy references of SPEC §2, and their bad-input errors (§5)."""
+"""The raw ops against the NumPy references (tf_opt_ops.reference), step by step.
 
+Why: see docs/design.md, "The math" and "Invariants".
+"""
+
+import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import op_refs
 from tf_opt_ops import ops
+from tf_opt_ops import reference
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64]
 INDEX_DTYPES = [tf.int32, tf.int64]
 MODES = ["eager", "tf.function"]
 ROWS, DIM = 12, 5
+NUMPY_DTYPES = {
+    tf.float16: np.float16,
+    tf.bfloat16: ml_dtypes.bfloat16,
+    tf.float32: np.float32,
+    tf.float64: np.float64,
+}
+# (rtol, atol) for one step's result against the reference.
+TOLERANCE = {
+    tf.float16: (2e-3, 2e-3),
+    tf.bfloat16: (1.6e-2, 1.6e-2),
+    tf.float32: (2e-6, 2e-6),
+    tf.float64: (1e-12, 1e-12),
+}
 
 
 def run(mode, fn, *args, **kwargs):
@@ -27,7 +44,7 @@ def run(mode, fn, *args, **kwargs):
 
 def random(shape, dtype, seed, low=-1.0, high=1.0):
   rng = np.random.default_rng(seed)
-  return rng.uniform(low, high, shape).astype(op_refs.NUMPY_DTYPES[dtype])
+  return rng.uniform(low, high, shape).astype(NUMPY_DTYPES[dtype])
 
 
 def variable(values, dtype):
@@ -39,9 +56,18 @@ def numpy_of(v):
 
 
 def assert_close(actual, expected, dtype):
-  rtol, atol = op_refs.tolerance(dtype)
-  np.testing.assert_allclose(np.asarray(actual, np.float64), np.asarray(expected, np.float64),
-                             rtol=rtol, atol=atol)
+  """`expected` in the reference's stored form (bfloat16 as bits)."""
+  rtol, atol = TOLERANCE[dtype]
+  np.testing.assert_allclose(np.asarray(actual, np.float64),
+                             reference.load(expected, dtype.name).astype(np.float64), rtol=rtol,
+                             atol=atol)
+
+
+def reference_lazy_adam(var, m, v, grad, indices, dtype, t, *, lr, beta_1, beta_2, epsilon):
+  """Step `t` of the reference with the powers the optimizers pass: beta ** t."""
+  return reference.sparse_lazy_adam(var, m, v, grad, indices, dtype.name, lr=lr, beta1=beta_1,
+                                    beta2=beta_2, epsilon=epsilon, beta1_power=beta_1**t,
+                                    beta2_power=beta_2**t)
 
 
 def assert_identical(before, variables):
@@ -66,8 +92,8 @@ def test_sparse_lazy_adam_matches_reference(dtype, index_dtype, mode):
   untouched_before = numpy_of(var)[UNTOUCHED_ROWS].copy()
   for t, indices in enumerate(STEP_INDICES, start=1):
     grad = random((len(indices), DIM), dtype, 10 + t)
-    expected = op_refs.lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, np.array(indices),
-                                 t, **hyper)
+    expected = reference_lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, indices, dtype, t,
+                                   **hyper)
     run(mode, ops.sparse_lazy_adam, var, m, v, tf.constant(grad, dtype),
         tf.constant(indices, index_dtype), beta_1_power=0.9**t, beta_2_power=0.999**t, **hyper)
     for actual, want in zip((var, m, v), expected):
@@ -95,8 +121,8 @@ def test_lazy_adam_many_rows_across_threads():
   m = tf.Variable(tf.zeros((rows, dim)))
   v = tf.Variable(tf.zeros((rows, dim)))
   grad = rng.standard_normal((n, dim)).astype(np.float32)
-  expected = op_refs.lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, indices, 1, 0.001,
-                               0.9, 0.999, 1e-7)
+  expected = reference_lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, indices, tf.float32,
+                                 1, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
   ops.sparse_lazy_adam(var, m, v, grad, indices, beta_1_power=0.9, beta_2_power=0.999)
   for actual, want in zip((var, m, v), expected):
     np.testing.assert_allclose(numpy_of(actual), want, rtol=1e-5, atol=1e-6)
@@ -132,12 +158,12 @@ def test_sparse_clippy_adagrad_matches_reference(dtype, index_dtype, mode, optio
   scales = []
   for t, indices in enumerate(STEP_INDICES, start=1):
     grad = random((len(indices), DIM), dtype, 20 + t, -3, 3)
-    want_var, want_accum, want_scale = op_refs.clippy_adagrad(numpy_of(var), numpy_of(accum), grad,
-                                                              np.array(indices), **options)
+    want_var, want_accum, want_scale = reference.sparse_clippy_adagrad(
+        numpy_of(var), numpy_of(accum), grad, indices, dtype.name, **options)
     scale = run(mode, ops.sparse_clippy_adagrad, var, accum, tf.constant(grad, dtype),
                 tf.constant(indices, index_dtype), **options)
     assert scale.dtype == ops.scalar_dtype(dtype)
-    rtol, atol = op_refs.tolerance(dtype)
+    rtol, _ = TOLERANCE[dtype]
     np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol * 10)
     assert_close(numpy_of(var), want_var, dtype)
     assert_close(numpy_of(accum), want_accum, dtype)
@@ -160,10 +186,10 @@ def test_dense_clippy_adagrad_matches_reference(dtype, mode, options):
   for t in range(1, 4):
     grad = random(shape, dtype, 30 + t, -3, 3)
     grad.flat[::7] = 0  # zero deltas are left out of the scale
-    want_var, want_accum, want_scale = op_refs.clippy_adagrad(numpy_of(var), numpy_of(accum), grad,
-                                                              **options)
+    want_var, want_accum, want_scale = reference.clippy_adagrad(numpy_of(var), numpy_of(accum),
+                                                                grad, dtype.name, **options)
     scale = run(mode, ops.clippy_adagrad, var, accum, tf.constant(grad, dtype), **options)
-    rtol, _ = op_refs.tolerance(dtype)
+    rtol, _ = TOLERANCE[dtype]
     np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol * 10)
     assert_close(numpy_of(var), want_var, dtype)
     assert_close(numpy_of(accum), want_accum, dtype)

@@ -1,4 +1,4 @@
-"""SPEC section 4, SavedModel: a training step with our optimizers survives tf.saved_model.
+"""A training step with our optimizers survives tf.saved_model (docs/design.md, "Production").
 
 This process builds an Embedding model, wraps it in a `tf.Module` whose
 `tf.function` train step applies `LazyAdam` (or `ClippyAdagrad`) of one flavor
@@ -134,7 +134,7 @@ def role_continue(paths):
   """Loads each training SavedModel after `import tf_opt_ops` and trains MORE_STEPS on."""
   sys.path.insert(0, PACKAGE_ROOT)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top,unused-import
+  import tf_opt_ops  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
 
   out = {}
   for case, path in paths.items():

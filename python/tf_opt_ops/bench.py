@@ -122,6 +122,7 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import reference  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(seed)
   tables = [tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed)) for _ in range(2)]
@@ -136,7 +137,8 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
     steps.append((tf.constant(indices.astype(np.int64)),
                   tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
   lr, b1, b2, eps, t = 0.001, 0.9, 0.999, 1e-7, 10
-  lr_t = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+  # The composite gets the step size the fused op computes from the same inputs.
+  lr_t = reference.adam_step("float32", lr, b1, b2, eps, b1**t, b2**t)["lr_t"]
 
   @tf.function
   def fused(indices, grad):

@@ -1,8 +1,15 @@
-"""NumPy references of SPEC section 2 and helpers shared by the optimizer tests."""
+"""Checks shared by the optimizer tests: training data, stateful steps of the NumPy
+reference (tf_opt_ops.reference), and model, checkpoint and file round trips.
+
+Every flavor takes `apply_gradients([(grad, tf.Variable)])`, so the checks run
+unchanged against `tf_opt_ops.keras`, `.tf_keras` and `.legacy`.
+"""
 
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
+
+from tf_opt_ops import reference
 
 # Tolerances by variable dtype (as TF Addons' assert_allclose_according_to_type).
 TOL = {
@@ -13,81 +20,82 @@ TOL = {
 }
 
 
-def dedup(values, indices):
-  """Sums rows sharing an index: (summed values, sorted unique indices)."""
-  indices = np.asarray(indices)
-  unique = np.unique(indices)
-  summed = np.zeros((len(unique),) + values.shape[1:], values.dtype)
-  for k, i in enumerate(unique):
-    summed[k] = values[indices == i].sum(axis=0)
-  return summed, unique
+class LazyAdamReference:
+  """Lazy Adam state in `dtype`, stepped by the reference (a dense gradient: every row)."""
 
-
-class LazyAdamRef:
-  """SPEC 2 lazy Adam in float64 (dense gradients: standard Adam on every element)."""
-
-  def __init__(self, var, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
-    self.var = np.array(var, np.float64)
-    self.m = np.zeros_like(self.var)
-    self.v = np.zeros_like(self.var)
+  def __init__(self, var, dtype="float32", lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7):
+    self.dtype = dtype
+    self.var = reference.store(var, dtype)
+    self.m = reference.store(np.zeros(np.shape(var)), dtype)
+    self.v = reference.store(np.zeros(np.shape(var)), dtype)
     self.lr, self.beta_1, self.beta_2, self.epsilon = lr, beta_1, beta_2, epsilon
     self.t = 0
 
-  def _update(self, rows, g, lr):
-    b1, b2 = self.beta_1, self.beta_2
-    lr_t = lr * np.sqrt(1 - b2**self.t) / (1 - b1**self.t)
-    self.m[rows] = b1 * self.m[rows] + (1 - b1) * g
-    self.v[rows] = b2 * self.v[rows] + (1 - b2) * g * g
-    self.var[rows] -= lr_t * self.m[rows] / (np.sqrt(self.v[rows]) + self.epsilon)
-
   def sparse(self, values, indices, lr=None):
     self.t += 1
-    g, rows = dedup(np.asarray(values, np.float64), indices)
-    self._update(rows, g, self.lr if lr is None else lr)
+    self.var, self.m, self.v = reference.sparse_lazy_adam(self.var, self.m, self.v,
+                                                          reference.store(values, self.dtype),
+                                                          indices, self.dtype,
+                                                          lr=self.lr if lr is None else lr,
+                                                          beta1=self.beta_1, beta2=self.beta_2,
+                                                          epsilon=self.epsilon,
+                                                          beta1_power=self.beta_1**self.t,
+                                                          beta2_power=self.beta_2**self.t)
 
   def dense(self, grad, lr=None):
-    self.t += 1
-    self._update(slice(None), np.asarray(grad, np.float64), self.lr if lr is None else lr)
+    self.sparse(grad, np.arange(len(grad)), lr)
+
+  def values(self):
+    return reference.load(self.var, self.dtype).astype(np.float64)
 
 
-class ClippyRef:
-  """SPEC 2 Clippy Adagrad in float64."""
+class ClippyReference:
+  """Clippy Adagrad state in `dtype`, stepped by the reference; `scale` is the last step's."""
 
-  def __init__(self, var, lr=0.001, initial_accumulator_value=0.1, variable_relative_threshold=0.1,
-               accumulator_relative_threshold=0.0, absolute_threshold=1e-7, epsilon=1e-7,
-               clip_accumulator_update=False, use_standard_accumulator_update=False):
-    self.var = np.array(var, np.float64)
-    self.accum = np.full_like(self.var, initial_accumulator_value)
-    self.lr, self.eps = lr, epsilon
-    self.vrt, self.art, self.abs = (variable_relative_threshold, accumulator_relative_threshold,
-                                    absolute_threshold)
-    self.clip, self.std = clip_accumulator_update, use_standard_accumulator_update
+  def __init__(self, var, dtype="float32", lr=0.001, initial_accumulator_value=0.1, **hyper):
+    self.dtype = dtype
+    self.var = reference.store(var, dtype)
+    self.accum = reference.store(np.full(np.shape(var), initial_accumulator_value), dtype)
+    self.lr, self.hyper = lr, hyper
     self.scale = None
 
-  def _update(self, rows, g):
-    a = self.accum[rows]
-    w = self.var[rows]
-    if self.std:
-      a = a + g * g
-    p = 1 / np.sqrt(a + self.eps)
-    delta = self.lr * g * p
-    max_d = self.vrt * np.abs(w) + self.art * p + self.abs
-    nz = delta != 0
-    scale = min(1.0, float(np.min(max_d[nz] / np.abs(delta[nz])))) if nz.any() else 1.0
-    if not self.std:
-      u = g * scale if self.clip else g
-      a = a + u * u
-    self.accum[rows] = a
-    self.var[rows] = w - delta * scale
-    self.scale = scale
-    return scale
+  def sparse(self, values, indices, lr=None):
+    self.var, self.accum, self.scale = reference.sparse_clippy_adagrad(
+        self.var, self.accum, reference.store(values, self.dtype), indices, self.dtype,
+        lr=self.lr if lr is None else lr, **self.hyper)
 
-  def sparse(self, values, indices):
-    g, rows = dedup(np.asarray(values, np.float64), indices)
-    return self._update(rows, g)
+  def dense(self, grad, lr=None):
+    self.var, self.accum, self.scale = reference.clippy_adagrad(self.var, self.accum,
+                                                                reference.store(grad, self.dtype),
+                                                                self.dtype,
+                                                                lr=self.lr if lr is None else lr,
+                                                                **self.hyper)
 
-  def dense(self, grad):
-    return self._update(slice(None), np.asarray(grad, np.float64))
+  def values(self):
+    return reference.load(self.var, self.dtype).astype(np.float64)
+
+
+REFERENCES = {"LazyAdam": LazyAdamReference, "ClippyAdagrad": ClippyReference}
+REFERENCE_ARGS = {
+    "LazyAdam": {"lr", "beta_1", "beta_2", "epsilon"},
+    "ClippyAdagrad": {
+        "lr", "initial_accumulator_value", "epsilon", "variable_relative_threshold",
+        "accumulator_relative_threshold", "absolute_threshold", "clip_accumulator_update",
+        "use_standard_accumulator_update"
+    },
+}
+
+
+def make_reference(opt_name, init, dtype="float32", options=None):
+  """The reference of optimizer `opt_name` built with `options` (its constructor arguments:
+  callables and tensors as the numbers they hold, learning_rate as lr, others dropped)."""
+  kw = {}
+  for key, value in dict(options or {}).items():
+    value = value() if callable(value) else value
+    key = "lr" if key == "learning_rate" else key
+    if key in REFERENCE_ARGS[opt_name]:
+      kw[key] = value if isinstance(value, (bool, int, float)) else float(np.asarray(value))
+  return REFERENCES[opt_name](init, dtype, **kw)
 
 
 def sparse_batches(steps, rows, cols, batch, seed=0, dtype=np.float32):
@@ -102,48 +110,12 @@ def sparse_batches(steps, rows, cols, batch, seed=0, dtype=np.float32):
   return out
 
 
-CLIPPY_OPTIONS = [
-    dict(),
-    dict(clip_accumulator_update=True),
-    dict(use_standard_accumulator_update=True, initial_accumulator_value=0.0),
-    dict(variable_relative_threshold=0.01, accumulator_relative_threshold=1e-3,
-         absolute_threshold=1e-4, learning_rate=0.5),
-]
-
-REF_KEYS = {
-    "lr", "beta_1", "beta_2", "epsilon", "initial_accumulator_value", "variable_relative_threshold",
-    "accumulator_relative_threshold", "absolute_threshold", "clip_accumulator_update",
-    "use_standard_accumulator_update"
-}
-
-
-def clippy_ref_kwargs(options):
-  """Optimizer options as reference arguments (learning_rate -> lr; others dropped)."""
-  options = dict(options)
-  kw = {}
-  for key, value in options.items():  # callables and tensors as the numbers they hold
-    value = value() if callable(value) else value
-    kw[key] = value if isinstance(value, (bool, int, float)) else float(np.asarray(value))
-  if "learning_rate" in kw:
-    kw["lr"] = kw.pop("learning_rate")
-  return {k: v for k, v in kw.items() if k in REF_KEYS}
-
-
-# ------------------------------------------------------------------ flavor-independent checks
-# Every flavor takes `apply_gradients([(grad, tf.Variable)])`, so the checks
-# below run unchanged against `tf_opt_ops.keras`, `.tf_keras` and `.legacy`.
-
 DTYPES = ["float32", "float64", "float16", "bfloat16"]
 NP_DTYPES = {
     "float32": np.float32, "float64": np.float64, "float16": np.float16,
     "bfloat16": ml_dtypes.bfloat16
 }
 ROWS, COLS, BATCH = 12, 3, 6
-
-
-def _round(x, dtype):
-  return np.asarray(x).astype(NP_DTYPES[dtype]).astype(np.float64)
-
 
 # Hyperparameters as callables and tensors, each where the flavor's base class
 # allows it (Keras 3 takes no tensor learning rate).
@@ -155,24 +127,12 @@ HYPER_TYPES = {
 }
 
 
-def _make_ref(opt_name, init, options):
-  if opt_name == "LazyAdam":
-    return LazyAdamRef(init, **clippy_ref_kwargs(options))
-  return ClippyRef(init, **clippy_ref_kwargs(options))
-
-
-def _round_ref(ref, dtype):
-  names = ("var", "m", "v") if isinstance(ref, LazyAdamRef) else ("var", "accum")
-  for name in names:
-    setattr(ref, name, _round(getattr(ref, name), dtype))
-
-
 def check_against_numpy(module, opt_name, dtype="float32", index_dtype="int32", sparse=True,
                         steps=3, options=None, wrap=None, seed=0, configure=None):
-  """Trains a table for `steps` steps and compares var (and slots) with the NumPy reference.
+  """Trains a table for `steps` steps and compares it with the NumPy reference after each.
 
   Sparse: every row not named in a step is bit-identical to its value before that
-  step (laziness, also for rows touched earlier). Returns (optimizer, variable).
+  step (laziness, also for rows touched earlier). Returns (optimizer, variable, reference).
   """
   options = dict(options or {})
   options.setdefault("learning_rate", 0.05)
@@ -181,7 +141,7 @@ def check_against_numpy(module, opt_name, dtype="float32", index_dtype="int32", 
   init[-1, 0] = -0.0  # a zero weight decay pass would turn -0.0 into +0.0
   var = tf.Variable(tf.constant(init.astype(np.float64), dtype=dtype))
   opt = getattr(module, opt_name)(**options)
-  ref = _make_ref(opt_name, init.astype(np.float64), options)
+  ref = make_reference(opt_name, init.astype(np.float64), dtype, options)
   if configure is not None:
     configure(opt)
 
@@ -205,10 +165,8 @@ def check_against_numpy(module, opt_name, dtype="float32", index_dtype="int32", 
       grad = tf.constant(dense, dtype=dtype)
       ref.dense(dense)
     apply([(grad, var)])
-    if dtype in ("float16", "bfloat16"):
-      _round_ref(ref, dtype)
     got = var.numpy().astype(np.float64)
-    np.testing.assert_allclose(got, ref.var, err_msg=f"{opt_name} {dtype}", **tol)
+    np.testing.assert_allclose(got, ref.values(), err_msg=f"{opt_name} {dtype}", **tol)
     if sparse:
       untouched = np.setdiff1d(np.arange(ROWS), indices)
       np.testing.assert_array_equal(var.numpy()[untouched].view(np.uint8),
@@ -217,10 +175,14 @@ def check_against_numpy(module, opt_name, dtype="float32", index_dtype="int32", 
   return opt, var, ref
 
 
+def variables_of(opt):
+  """`opt.variables` (a method in OptimizerV2, a property elsewhere)."""
+  return opt.variables() if callable(opt.variables) else opt.variables
+
+
 def optimizer_state(opt):
   """The optimizer's variables as NumPy arrays, in its own order."""
-  variables = opt.variables() if callable(opt.variables) else opt.variables
-  return [np.asarray(v.numpy()) for v in variables]
+  return [np.asarray(v.numpy()) for v in variables_of(opt)]
 
 
 def dense_grads(steps, seed=3, shape=(ROWS, COLS)):
@@ -321,12 +283,6 @@ def adam_slots(opt, var):
   if hasattr(opt, "get_slot"):
     return [opt.get_slot(var, name).numpy() for name in ("m", "v")]
   return [opt._momentums[0].numpy(), opt._velocities[0].numpy()]  # pylint: disable=protected-access
-
-
-def named_state(opt):
-  """{variable name without the optimizer's name prefix: value} of the optimizer's state."""
-  variables = opt.variables() if callable(opt.variables) else opt.variables
-  return {v.name.split("/", 1)[-1]: np.asarray(v.numpy()) for v in variables}
 
 
 def check_model_file_round_trip(k, optimizer, path):

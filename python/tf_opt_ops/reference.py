@@ -1,15 +1,23 @@
-"""NumPy references of SPEC §2 for the GPU check (no TensorFlow needed).
+"""NumPy references of the update rules, one function per op, in pure NumPy.
 
-Each function mirrors the per-element math of tf_opt_ops/optimizer_math.h
-operation for operation, in the compute type (float32 for every storage type
-but float64), rounding only when storing, and sums duplicate gradient rows in
-input order, as the CPU and GPU kernels do. So for float32 and float64 the
-kernels are expected to match these bit for bit (the CUDA build uses
---fmad=false), and for float16/bfloat16 to the storage type's rounding.
+The formulas are stated once, in the op registration docs of
+`tf_opt_ops/lazy_adam_ops.cc` and `tf_opt_ops/clippy_adagrad_ops.cc`; see also
+docs/design.md, "The math". Each function here mirrors the per-element code of
+`tf_opt_ops/optimizer_math.h` operation for operation, in the compute type
+(float32 for every storage type but float64), rounding only when storing, and
+sums duplicate gradient rows in input order, as the CPU and GPU kernels do. So
+for float32 and float64 the kernels are expected to match these bit for bit (the
+CUDA build uses --fmad=false), and for float16/bfloat16 to the storage type's
+rounding.
 
-bfloat16 is held as its uint16 bit pattern (NumPy has no bfloat16 type):
-`load`/`store` convert with round-to-nearest-even, like Eigen::bfloat16 and
+bfloat16 values are returned as their uint16 bit pattern (NumPy has no
+bfloat16 type); the functions also take `ml_dtypes.bfloat16` arrays, by their
+bits. `store` rounds to nearest even, like Eigen::bfloat16 and
 __float2bfloat16_rn.
+
+This module imports neither TensorFlow nor the rest of `tf_opt_ops`: the GPU
+check (gpu_check/gpu_check.py) loads it by file path on machines without
+TensorFlow, and the tests import it as `tf_opt_ops.reference`.
 """
 
 import numpy as np
@@ -28,7 +36,10 @@ def storage_type(dtype):
 
 
 def bf16_to_f32(bits):
-  return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+  bits = np.asarray(bits)
+  if bits.dtype.name == "bfloat16":  # an ml_dtypes.bfloat16 array: its bits, not its values
+    bits = bits.view(np.uint16)
+  return (bits.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def f32_to_bf16(x):
@@ -50,6 +61,12 @@ def store(x, dtype):
   if dtype == "bfloat16":
     return f32_to_bf16(x)
   return np.asarray(x).astype(storage_type(dtype))
+
+
+def _stored_copy(x):
+  """A copy of stored values in this module's representation (bfloat16 as uint16 bits)."""
+  x = np.array(x)
+  return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
 
 
 def random_values(rng, shape, dtype, low=-1.0, high=1.0):
@@ -89,7 +106,7 @@ def adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power):
 def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon, beta1_power,
                      beta2_power):
   """New (var, m, v): lazy Adam on the distinct rows of `indices` only."""
-  var, m, v = var.copy(), m.copy(), v.copy()
+  var, m, v = _stored_copy(var), _stored_copy(m), _stored_copy(v)
   dim = var.size // var.shape[0] if var.shape[0] else 0
   var2, m2, v2 = var.reshape(-1, dim), m.reshape(-1, dim), v.reshape(-1, dim)
   s = adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power)
@@ -111,10 +128,13 @@ def _nan_min(values, start):
   return type(start)(min(start, values.min())) if values.size else start
 
 
-def _clippy(var_c, accum_s, g, dtype, *, lr, epsilon, variable_relative_threshold,
-            accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
-            use_standard_accumulator_update):
-  """Clippy's two passes on gathered elements. Returns (new var, new accum stored, scale)."""
+def _clippy(var_c, accum_s, g, dtype, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,
+            accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
+            clip_accumulator_update=False, use_standard_accumulator_update=False):
+  """Clippy's two passes on gathered elements. Returns (new var, new accum stored, scale).
+
+  The defaults are the ops' (`tf_opt_ops.ops.clippy_adagrad`).
+  """
   C = compute_type(dtype)
   lr, epsilon = C(lr), C(epsilon)
   vrt, art, at = (C(variable_relative_threshold), C(accumulator_relative_threshold),
@@ -150,7 +170,7 @@ def clippy_adagrad(var, accum, grad, dtype, **hyper):
 
 def sparse_clippy_adagrad(var, accum, grad, indices, dtype, **hyper):
   """Sparse Clippy Adagrad on the distinct rows of `indices`: (var, accum, scale)."""
-  var, accum = var.copy(), accum.copy()
+  var, accum = _stored_copy(var), _stored_copy(accum)
   dim = var.size // var.shape[0] if var.shape[0] else 0
   var2, accum2 = var.reshape(-1, dim), accum.reshape(-1, dim)
   rows, g = summed_rows(grad, indices, dtype)
