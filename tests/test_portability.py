@@ -159,6 +159,27 @@ def test_version_pins_reach_their_old_versions(library):
   assert not unpinned, f"references that escaped their pin: {unpinned}"
 
 
+# Where the pinned glibc functions live before glibc 2.34 (since then: libc.so.6).
+_PRE_2_34_HOME = {
+    "dl": "libdl.so.2", "pthread_": "libpthread.so.0", "sem_": "libpthread.so.0",
+    "shm_": "librt.so.1"
+}
+
+
+def test_old_glibc_homes_of_pinned_functions_are_needed(library):
+  # Without the NEEDED entry the function is found on an old glibc only if some other
+  # library happened to load that file first (seen: undefined symbol shm_open, version
+  # GLIBC_2.2.5, on glibc 2.31).
+  needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", _dynamic_section(library)))
+  homes = {
+      home for symbol, version in _imports(library) if version.startswith("GLIBC_")
+      for prefix, home in _PRE_2_34_HOME.items() if symbol.startswith(prefix)
+  }
+  if _build_info.CUDA_VERSION is not None:
+    assert homes == set(_PRE_2_34_HOME.values()), homes  # the CUDA runtime uses all three
+  assert homes <= needed, f"not NEEDED: {sorted(homes - needed)}"
+
+
 def test_no_runpath_and_framework_needed_by_soname(library):
   dynamic = _dynamic_section(library)
   paths = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*)\]", dynamic)
