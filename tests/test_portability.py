@@ -31,6 +31,8 @@ import tensorflow as tf
 
 from tf_opt_ops import _build_info
 from tf_opt_ops import _loader
+from test_gpu_build import _tool  # binutils, or a failure that says to install it
+from test_wheel import built_wheel
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAMEWORK = "libtensorflow_framework.so.2"
@@ -38,13 +40,6 @@ PLATFORM = "manylinux_2_27_x86_64"
 # TensorFlow 2.21's libtensorflow_framework.so.2 needs GLIBC_2.27, GLIBCXX_3.4.22
 # and CXXABI_1.3.11; GCC_7.0.0 is manylinux_2_27's libgcc_s ceiling.
 CEILINGS = {"GLIBC": "2.27", "GLIBCXX": "3.4.22", "CXXABI": "1.3.11", "GCC": "7.0.0"}
-
-
-def _tool(name):
-  path = shutil.which(name)
-  # binutils comes with the compiler the build needs: missing means a broken setup.
-  assert path is not None, f"{name} (binutils) not installed: apt-get install binutils"
-  return path
 
 
 def _run(*args):
@@ -73,13 +68,6 @@ def required_versions(path):
 
 def _dynamic_section(path):
   return _run(_tool("readelf"), "-d", "--wide", path)
-
-
-def built_wheel():
-  wheels = sorted(glob.glob(os.path.join(REPO_ROOT, "dist", "tf_opt_ops-*.whl")),
-                  key=os.path.getmtime)
-  assert wheels, "no wheel in dist/: run `make wheel` (make test does) before the tests"
-  return wheels[-1]
 
 
 @pytest.fixture(scope="module", params=["package", "wheel"])
