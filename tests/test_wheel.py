@@ -8,8 +8,6 @@ import sys
 import sysconfig
 import textwrap
 
-import tensorflow as tf
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -28,7 +28,7 @@ Built against TensorFlow {tf_version}. Install `tensorflow=={tf_version}` (or
 _WHEEL = """Wheel-Version: 1.0
 Generator: tf_opt_ops tools/build_wheel.py
 Root-Is-Purelib: false
-Tag: py3-none-linux_x86_64
+Tag: py3-none-{platform}
 """
 
 
@@ -47,12 +47,18 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__)
   parser.add_argument("--out", required=True)
   parser.add_argument("--version", required=True)
+  parser.add_argument(
+      "--platform", required=True,
+      help="platform tag, e.g. manylinux_2_27_x86_64 (the one TensorFlow's wheel has)")
   parser.add_argument("--library", required=True, help="the built _tf_opt_ops.so")
   parser.add_argument("--build-info", required=True, help="the generated _build_info.py")
   parser.add_argument("--package-root", default="python",
                       help="folder that holds the tf_opt_ops package sources")
   parser.add_argument("sources", nargs="+", help="package .py files under --package-root")
   args = parser.parse_args()
+  expected_name = f"tf_opt_ops-{args.version}-py3-none-{args.platform}.whl"
+  if os.path.basename(args.out) != expected_name:
+    parser.error(f"--out {args.out}: a wheel with these tags must be named {expected_name}")
 
   files = {}
   for source in sorted(args.sources):
@@ -69,7 +75,7 @@ def main():
   dist_info = f"tf_opt_ops-{args.version}.dist-info"
   files[f"{dist_info}/METADATA"] = _METADATA.format(
       version=args.version, tf_version=_read_tf_version(args.build_info)).encode()
-  files[f"{dist_info}/WHEEL"] = _WHEEL.encode()
+  files[f"{dist_info}/WHEEL"] = _WHEEL.format(platform=args.platform).encode()
   files[f"{dist_info}/top_level.txt"] = b"tf_opt_ops\n"
   record = "".join(f"{name},{_digest(data)},{len(data)}\n" for name, data in files.items())
   record += f"{dist_info}/RECORD,,\n"

@@ -1,8 +1,8 @@
 """Exposes the installed TensorFlow pip package to Bazel as @local_config_tf.
 
 configure.sh writes the paths into .bazelrc (--repo_env); this rule symlinks
-the header directory and libtensorflow_framework.so.2 and records the
-TensorFlow version the library is built against.
+the header directory, links libtensorflow_framework.so.2 where it is installed,
+and records the TensorFlow version the library is built against.
 """
 
 _ENV = [
@@ -25,7 +25,6 @@ def _tf_configure_impl(rctx):
     lib_name = _require(rctx, "TF_SHARED_LIBRARY_NAME")
     version = _require(rctx, "TF_VERSION")
     rctx.symlink(header_dir, "include")
-    rctx.symlink(lib_dir + "/" + lib_name, "lib/" + lib_name)
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -45,13 +44,17 @@ cc_library(
     includes = ["include/third_party/gpus/cuda/include"],
 )
 
+# Linked as tf.sysconfig.get_link_flags() says, and as TensorFlow's custom-op
+# guide does: -L<dir> -l:{lib_name}, so the library NEEDs the soname
+# and carries no RUNPATH (a srcs entry would add one into Bazel's build tree).
+# At run time the loader finds it because TensorFlow has loaded it first.
 cc_library(
     name = "libtensorflow_framework",
-    srcs = ["lib/{lib_name}"],
+    linkopts = ["-L{lib_dir}", "-l:{lib_name}"],
 )
 
 exports_files(["_build_info.py"])
-""".format(lib_name = lib_name))
+""".format(lib_dir = lib_dir, lib_name = lib_name))
     rctx.file("_build_info.py", '''"""Written by the build: what this library was built against."""
 
 TF_VERSION = "{version}"
