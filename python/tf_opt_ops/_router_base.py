@@ -147,6 +147,10 @@ class OptimizerBlocks:
                [b if isinstance(b, str) else cls._flavor.deserialize_layer(b) for b in blocks])
 
 
+def _block_from_config(block):
+  return rules.LayerName(block["layer"]) if isinstance(block, dict) else block
+
+
 class _Router:
   """Behaviour both router kinds share (mixed in before the flavor's base class).
 
@@ -267,7 +271,8 @@ class _Router:
     optimizers = [flavor.deserialize(c, custom_objects) for c in config["optimizers"]]
     default = config.get("default_optimizer")
     default = optimizers[default] if default is not None else None
-    entries = [(optimizers[e["optimizer"]], list(e["blocks"]), bool(e.get("update")))
+    entries = [(optimizers[e["optimizer"]], [_block_from_config(b)
+                                             for b in e["blocks"]], bool(e.get("update")))
                for e in config["entries"]]
     return config, optimizers, default, entries
 
@@ -398,7 +403,7 @@ class MultiRouter(_Router):
         name = block.get("config", {}).get("name") if isinstance(block, dict) else None
         if not name:
           raise ValueError(f"Cannot route the Merlin block {block!r}: it has no layer name.")
-        patterns.append(rules.layer_name_pattern(name))
+        patterns.append(rules.LayerName(name))
       return patterns
 
     def pairs(key):

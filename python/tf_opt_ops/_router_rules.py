@@ -141,10 +141,50 @@ class _PatternSelector(_Selector):
     return self.pattern
 
 
+class LayerName:
+  """A block given by a layer's name only (as written in a config): the variables under it.
+
+  Matches `(.*/)?<name>/.*` against variable paths; a name found under two
+  different parents is ambiguous and raises, rather than routing both.
+  """
+
+  def __init__(self, name):
+    self.name = name
+
+  def __repr__(self):
+    return f"LayerName({self.name!r})"
+
+
+class _LayerNameSelector(_PatternSelector):
+
+  def __init__(self, name):
+    super().__init__(f"(.*/)?{re.escape(name)}/.*")
+    self.name = name
+
+  def describe(self):
+    return f"layer name {self.name!r} (pattern {self.pattern!r})"
+
+  def claim(self, candidates, flavor):
+    claimed, parents = [], set()
+    for v in candidates or ():
+      match = re.fullmatch(self.pattern, variable_path(v))
+      if match:
+        claimed.append(v)
+        parents.add(match.group(1) or "")
+    if len(parents) > 1:
+      raise ValueError(
+          f"The block {self.describe()} is ambiguous: layers of that name sit under "
+          f"{sorted(parents)}. Give the layers unique names, or route them with a pattern over "
+          "variable paths.")
+    return claimed
+
+
 def make_selectors(blocks):
   """The selectors for `blocks` (see the module docstring)."""
   if isinstance(blocks, str):
     return [_PatternSelector(blocks)]
+  if isinstance(blocks, LayerName):
+    return [_LayerNameSelector(blocks.name)]
   if is_variable(blocks):
     return [_VariableSelector(blocks)]
   if is_layer(blocks):
@@ -161,13 +201,13 @@ def same_selectors(a, b):
   return len(a) == len(b) and all(x.same_as(y) for x, y in zip(a, b))
 
 
-def layer_name_pattern(name):
-  """The variables under a layer called `name`: how a block written as a layer config routes."""
-  return f"(.*/)?{re.escape(name)}/.*"
-
-
 def is_pattern(selector):
-  return isinstance(selector, _PatternSelector)
+  return type(selector) is _PatternSelector
+
+
+def layer_name_of(selector):
+  """The layer name a selector routes by, if it routes by one (else None)."""
+  return selector.name if isinstance(selector, _LayerNameSelector) else None
 
 
 def is_layer_selector(selector):

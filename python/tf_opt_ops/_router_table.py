@@ -218,12 +218,12 @@ class RoutingTable:
   # --- config
 
   def entries_config(self, optimizers):
-    """[{"optimizer": index into optimizers, "blocks": [regex, ...], "update": bool}, ...].
+    """[{"optimizer": index into optimizers, "blocks": [block, ...], "update": bool}, ...].
 
     Layers, variables and callables are written as the exact paths of the
     variables they claim (escaped regular expressions), so the config
     round-trips into a router for the same model (e.g. a loaded model file); a
-    layer with no variables yet is written as its name (`(.*/)?<name>/.*`).
+    layer with no variables yet is written as its name (`{"layer": name}`).
     """
     index = {id(opt): i for i, opt in enumerate(optimizers)}
     result = []
@@ -233,6 +233,9 @@ class RoutingTable:
         if rules.is_pattern(selector):
           patterns.append(selector.pattern)
           continue
+        if rules.layer_name_of(selector) is not None:
+          patterns.append({"layer": rules.layer_name_of(selector)})
+          continue
         try:
           variables = selector.claim(self.candidates, self.flavor)
         except Exception as e:  # pylint: disable=broad-except
@@ -241,7 +244,7 @@ class RoutingTable:
               f"variables are not available yet ({e}). Build the router (or the model) first."
           ) from e
         if not variables and rules.is_layer_selector(selector):
-          patterns.append(rules.layer_name_pattern(selector.layer.name))
+          patterns.append({"layer": selector.layer.name})
           continue
         patterns.extend(re.escape(rules.variable_path(v)) for v in variables)
       result.append(
