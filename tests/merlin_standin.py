@@ -40,10 +40,10 @@ class ModelContext(tf_keras.layers.Layer):
 class Tower(tf_keras.layers.Layer):
   """Embeddings of its own features, then a dense layer; references the shared context."""
 
-  def __init__(self, embedding, context, units=3, **kwargs):
+  def __init__(self, embedding, context, units=3, dense_name=None, **kwargs):
     super().__init__(**kwargs)
     self.embedding = embedding
-    self.dense = tf_keras.layers.Dense(units, name=f"{self.name}_dense")
+    self.dense = tf_keras.layers.Dense(units, name=dense_name or f"{self.name}_dense")
     self.context = context
 
   def get_config(self):  # Merlin's blocks serialize as layer configs.
@@ -56,13 +56,13 @@ class Tower(tf_keras.layers.Layer):
 class TwoTowerModel(tf_keras.Model):
   """user tower + item tower -> head, all embedding tables in one shared context."""
 
-  def __init__(self, users=20, items=30, dim=4, **kwargs):
+  def __init__(self, users=20, items=30, dim=4, dense_name=None, **kwargs):
     super().__init__(**kwargs)
     user_table = tf_keras.layers.Embedding(users, dim, name="user_emb")
     item_table = tf_keras.layers.Embedding(items, dim, name="item_emb")
     self.context = ModelContext([user_table, item_table], name="context")
-    self.user_tower = Tower(user_table, self.context, name="user_tower")
-    self.item_tower = Tower(item_table, self.context, name="item_tower")
+    self.user_tower = Tower(user_table, self.context, name="user_tower", dense_name=dense_name)
+    self.item_tower = Tower(item_table, self.context, name="item_tower", dense_name=dense_name)
     self.head = tf_keras.layers.Dense(1, name="head")
 
   def call(self, inputs):

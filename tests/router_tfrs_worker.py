@@ -1,4 +1,4 @@
-"""Runs in a subprocess (TF_USE_LEGACY_KERAS=1): our tf_keras routers against TFRS' CompositeOptimizer.
+"""Runs in a subprocess (TF_USE_LEGACY_KERAS=1): our tf_keras routers against TFRS' router.
 
 Re-expresses the checks of TensorFlow Recommenders 0.7.7's
 `composite_optimizer_test.py` against our classes, and restores checkpoints

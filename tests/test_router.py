@@ -391,7 +391,9 @@ def test_checkpoint_round_trip_mid_training(f, tmp_path):
   assert int(opt2.iterations.numpy()) == 6
   for sub, sub2 in zip(opt.optimizers, opt2.optimizers):
     # Legacy slots restored at the first step are named without the router's scope.
-    strip = lambda n: re.sub(r"^MultiOptimizer/(Optimizer\d+|default_optimizer)/", "", n)
+    def strip(name):
+      return re.sub(r"^MultiOptimizer/(Optimizer\d+|default_optimizer)/", "", name)
+
     state = {strip(v.name): v.numpy() for v in f.variables(sub)}
     state2 = {strip(v.name): v.numpy() for v in f.variables(sub2)}
     assert sorted(state) == sorted(state2) and len(state) > 1
@@ -658,3 +660,73 @@ def test_merlin_multi_optimizer_config_loads_into_legacy_router():
   assert got["second/kernel"] == 0.2 and got["third/kernel"] == 0.5
   assert got["first/kernel"] != 0.5  # Adam's step, not the default's.
   assert keras.saving.get_registered_object("merlin.models>MultiOptimizer") is K3.Multi
+
+
+# ----------------------------------------------------------------------------- no silent routing
+
+
+@pytest.mark.parametrize("f", FLAVORS, ids=repr)
+def test_block_that_claims_nothing_raises_in_multi_and_warns_in_composite(f):
+  model, (first, _, _) = _dense_model(f)
+  variables = model.trainable_variables
+  # MultiOptimizer: the variables meant for it would silently go to the default.
+  multi = f.Multi([f.Blocks(f.opt.SGD(0.1), first), f.Blocks(f.opt.SGD(0.2), r"secnd/.*")])
+  with pytest.raises(ValueError, match=r"pattern 'secnd/\.\*'.*claims no variable.*default"):
+    _step(multi, variables, _sum_loss(variables))
+  unbuilt = f.lib.layers.Dense(3, name="never_called")
+  multi = f.Multi([f.Blocks(f.opt.SGD(0.1), [first, unbuilt])])
+  with pytest.raises(ValueError, match="layer 'never_called'.*claims no variable"):
+    _step(multi, variables, _sum_loss(variables))
+  # CompositeOptimizer: an unclaimed variable already raises; an empty block warns.
+  composite = f.Composite([(f.opt.SGD(0.1), lambda: variables), (f.opt.SGD(0.2), lambda: [])])
+  with pytest.warns(UserWarning, match="claims no variable: it trains nothing"):
+    _step(composite, variables, _sum_loss(variables))
+
+
+# ----------------------------------------------------------------------------- Merlin's API
+
+
+@pytest.mark.parametrize("f", FLAVORS, ids=repr)
+def test_multi_optimizer_api_and_config_as_merlin(f):
+  lr = {"first": 0.1, "second": 0.2, "default": 0.5, "update": 0.7}
+
+  def router(first, second, third, by_keyword):
+    pairs = [f.Blocks(f.opt.SGD(lr["first"]), first), f.Blocks("sgd", [second])]
+    update = [f.Blocks(f.opt.SGD(lr["update"]), third)]
+    if by_keyword:  # As Merlin's from_config calls it.
+      return f.Multi(optimizers_and_blocks=pairs, default_optimizer=f.opt.SGD(lr["default"]),
+                     update_optimizers_and_blocks=update)
+    multi = f.Multi(pairs, default_optimizer=f.opt.SGD(lr["default"]))
+    multi.update(update[0])
+    return multi
+
+  # Blocks that are layers not built yet, as Merlin builds a router before its model.
+  layers = [f.lib.layers.Dense(2, name=n) for n in ("first", "second", "third")]
+  multi = router(*layers, by_keyword=True)
+  pairs = multi.optimizers_and_blocks
+  assert [type(p) for p in pairs] == [f.Blocks, f.Blocks]
+  assert [p.blocks for p in pairs] == [layers[0], [layers[1]]]
+  assert pairs[1].optimizer is multi.optimizers[1]  # The string, resolved.
+  assert [p.blocks for p in multi.update_optimizers_and_blocks] == [layers[2]]
+  config = multi.get_config()  # Needs no variables.
+  assert [e["blocks"] for e in config["entries"]] == [[{"layer": "first"}], [{"layer": "second"}],
+                                                      [{"layer": "third"}]]
+  # Merlin's OptimizerBlocks format: (serialized optimizer, [serialized layer, ...]).
+  optimizer_config, block_configs = pairs[0].get_config()
+  assert block_configs[0]["config"]["name"] == "first"
+  again = f.Blocks.from_config(pairs[0].get_config())
+  assert type(again.optimizer) is type(pairs[0].optimizer)
+  assert again.optimizer.get_config() == pairs[0].optimizer.get_config()
+  assert again.blocks[0].name == "first" and again.get_config()[0] == optimizer_config
+
+  # The router, the keyword form, update(), and the config loaded for a model built
+  # from those layers all route alike.
+  model, built = _dense_model(f)
+  expected = {
+      "first/kernel": lr["first"], "first/bias": lr["first"], "second/kernel": 0.01,
+      "second/bias": 0.01, "third/kernel": lr["update"], "third/bias": lr["update"]
+  }
+  for make in (lambda: router(*built, by_keyword=True), lambda: router(*built, by_keyword=False),
+               lambda: type(multi).from_config(config)):
+    model.set_weights([np.zeros_like(w) for w in model.get_weights()])
+    assert _lr_signature(f, model, make(), steps=1) == expected

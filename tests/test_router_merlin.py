@@ -18,9 +18,9 @@ L = tf_keras.optimizers.legacy
 FLAVORS = {"tf_keras": _router_tf_keras, "legacy": _router_legacy}
 
 
-def _model(seed=0):
+def _model(seed=0, **kwargs):
   tf_keras.utils.set_random_seed(seed)
-  model = merlin.TwoTowerModel(name="model")
+  model = merlin.TwoTowerModel(name="model", **kwargs)
   model((tf.zeros((1, 2), tf.int32), tf.zeros((1, 2), tf.int32)))
   return model
 
@@ -123,7 +123,10 @@ def _checkpoint_round_trip(writer, reader, tmp_path):
 
 @pytest.mark.parametrize("name", FLAVORS)
 def test_checkpoints_restore_both_ways_with_merlin(name, tmp_path, record_property):
-  ours = lambda model: _ours(FLAVORS[name], model)  # noqa: E731
+
+  def ours(model):
+    return _ours(FLAVORS[name], model)
+
   diff, merlin_path = _checkpoint_round_trip(_merlin, ours, tmp_path / "from_merlin")
   record_property("merlin_to_ours_max_abs_diff", diff)
   assert diff < 1e-6
@@ -200,3 +203,14 @@ def test_merlin_config_whose_blocks_claim_nothing_raises_at_the_first_step(name)
   grads = tape.gradient(loss, model.trainable_variables)
   with pytest.raises(ValueError, match="layer name 'tower'.*claims no variable"):
     ours.apply_gradients(zip(grads, model.trainable_variables))
+
+
+@pytest.mark.parametrize("name", FLAVORS)
+def test_merlin_config_block_whose_name_two_layers_share_raises(name):
+  # Both towers' dense layers are called "dense": by name, the block is ambiguous.
+  reference = _model(dense_name="dense")
+  config = merlin.MultiOptimizer([merlin.OptimizerBlocks(L.Adam(0.05), reference.item_tower.dense)],
+                                 default_optimizer=L.SGD(0.1)).get_config()
+  ours = FLAVORS[name].MultiOptimizer.from_config(config)
+  with pytest.raises(ValueError, match="layer name 'dense'.*is ambiguous.*user_tower/"):
+    _train(_model(dense_name="dense"), ours, _data(1), 0, 1)

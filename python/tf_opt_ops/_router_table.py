@@ -117,7 +117,7 @@ class RoutingTable:
     return owners, empty
 
   def _check_claims(self, empty):
-    """Every block claims a variable when the router first sees its variables (no silent routing)."""
+    """Every block claims a variable when the router first sees its variables."""
     for entry, selector in empty:
       if entry.checked:
         continue
