@@ -11,6 +11,7 @@ XLA the optimizers fall back to standard ops).
 import tf_keras
 
 from tf_opt_ops import _core
+from tf_opt_ops import _restore_hints
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -31,6 +32,11 @@ class _TfKerasMixin:
 
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
+
+  def _create_or_restore_slot_variable(self, *args, **kwargs):
+    # A TFA/Merlin (OptimizerV2) checkpoint: say which class restores it.
+    with _restore_hints.name_the_legacy_class(self):
+      return super()._create_or_restore_slot_variable(*args, **kwargs)
 
 
 class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
