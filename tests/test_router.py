@@ -730,3 +730,59 @@ def test_multi_optimizer_api_and_config_as_merlin(f):
                lambda: type(multi).from_config(config)):
     model.set_weights([np.zeros_like(w) for w in model.get_weights()])
     assert _lr_signature(f, model, make(), steps=1) == expected
+
+
+# ----------------------------------------------------------------------------- both tf_keras APIs
+
+
+@pytest.mark.parametrize("f", [TFK, LEG], ids=repr)
+def test_tf_keras_routers_drive_both_tf_keras_apis(f, tmp_path):
+  # A legacy optimizer (built on demand) next to a new-API one (built once), as TFRS allows.
+  def make():
+    model, (first, second, third) = _dense_model(f)
+    model.set_weights([np.full(w.shape, 0.5, np.float32) for w in model.get_weights()])
+    router_ = f.Multi([
+        f.Blocks(tf_keras.optimizers.legacy.Adam(0.05), first),
+        f.Blocks(tf_keras.optimizers.Adagrad(0.2), second)
+    ], default_optimizer=tf_keras.optimizers.legacy.RMSprop(0.01))
+    return model, router_
+
+  model, router_ = make()
+  variables = model.trainable_variables
+  alone = [tf.Variable(v.numpy()) for v in variables]
+  refs = [
+      tf_keras.optimizers.legacy.Adam(0.05),
+      tf_keras.optimizers.Adagrad(0.2),
+      tf_keras.optimizers.legacy.RMSprop(0.01)
+  ]
+  for _ in range(3):
+    _step(router_, variables, _quadratic(variables))
+    with tf.GradientTape() as tape:
+      loss = _quadratic(alone)()
+    grads = tape.gradient(loss, alone)
+    for i, ref in enumerate(refs):
+      ref.apply_gradients(zip(grads[2 * i:2 * i + 2], alone[2 * i:2 * i + 2]))
+  for got, want in zip(_values(variables), _values(alone)):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  adam, adagrad, _ = router_.optimizers
+  assert router_.iterations is adam.iterations and int(adagrad.iterations.numpy()) == 3
+  assert len(f.variables(router_)) == len(adam.variables()) + len(adagrad.variables)
+
+  path = tf.train.Checkpoint(model=model, optimizer=router_).write(str(tmp_path / "ckpt"))
+  model2, router2 = make()
+  status = tf.train.Checkpoint(model=model2, optimizer=router2).read(path)
+  _step(router2, model2.trainable_variables, _quadratic(model2.trainable_variables))
+  status.assert_consumed()
+  _step(router_, variables, _quadratic(variables))
+  assert int(router2.iterations.numpy()) == 4
+
+  def state(router):
+    # Slots restored on `read` are created first and named without the router's scope.
+    return {
+        re.sub(r"^MultiOptimizer/Optimizer\d+/", "", v.name): v.numpy() for v in f.variables(router)
+    }
+
+  before, after = state(router_), state(router2)
+  assert sorted(before) == sorted(after) and len(before) == 8  # 5 (Adam) + 3 (Adagrad)
+  for name, value in before.items():
+    np.testing.assert_allclose(value, after[name], rtol=1e-6, atol=1e-7, err_msg=name)
