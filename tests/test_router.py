@@ -19,19 +19,14 @@ from tf_opt_ops import _router_keras
 from tf_opt_ops import _router_legacy
 from tf_opt_ops import _router_tf_keras
 
-try:  # The optimizers of issue 3.
-  from tf_opt_ops import keras as k3_ops
-  from tf_opt_ops import legacy as legacy_ops
-  from tf_opt_ops import tf_keras as tfk_ops
-  HAVE_OURS = all(
-      hasattr(m, n) for m in (k3_ops, tfk_ops, legacy_ops) for n in ("LazyAdam", "ClippyAdagrad"))
-except ImportError:  # pragma: no cover
-  HAVE_OURS = False
+from tf_opt_ops import keras as k3_ops
+from tf_opt_ops import legacy as legacy_ops
+from tf_opt_ops import tf_keras as tfk_ops
 
 
 class Flavor:
 
-  def __init__(self, name, lib, optimizers, routers, ours=None):
+  def __init__(self, name, lib, optimizers, routers, ours):
     self.name = name
     self.lib = lib  # keras or tf_keras
     self.opt = optimizers  # namespace with SGD, Adam, Adagrad, RMSprop
@@ -59,13 +54,10 @@ class Flavor:
     return float(np.asarray(optimizer.learning_rate))
 
 
-K3 = Flavor("keras3", keras, keras.optimizers, _router_keras, k3_ops if HAVE_OURS else None)
-TFK = Flavor("tf_keras", tf_keras, tf_keras.optimizers, _router_tf_keras,
-             tfk_ops if HAVE_OURS else None)
-LEG = Flavor("legacy", tf_keras, tf_keras.optimizers.legacy, _router_legacy,
-             legacy_ops if HAVE_OURS else None)
+K3 = Flavor("keras3", keras, keras.optimizers, _router_keras, k3_ops)
+TFK = Flavor("tf_keras", tf_keras, tf_keras.optimizers, _router_tf_keras, tfk_ops)
+LEG = Flavor("legacy", tf_keras, tf_keras.optimizers.legacy, _router_legacy, legacy_ops)
 FLAVORS = [K3, TFK, LEG]
-needs_ours = pytest.mark.skipif(not HAVE_OURS, reason="issue 3 optimizers not importable")
 
 
 def _step(opt, variables, loss_fn):
@@ -101,8 +93,7 @@ def _pair_factories(f):
   pairs = [(lambda: f.opt.SGD(0.1), lambda: f.opt.Adam(0.05)),
            (lambda: f.opt.Adam(0.02), lambda: f.opt.Adagrad(0.3)),
            (lambda: f.opt.RMSprop(0.01), lambda: f.opt.SGD(0.2))]
-  if f.ours is not None:
-    pairs.append((lambda: f.ours.LazyAdam(0.03), lambda: f.ours.ClippyAdagrad(0.2)))
+  pairs.append((lambda: f.ours.LazyAdam(0.03), lambda: f.ours.ClippyAdagrad(0.2)))
   return pairs
 
 
@@ -344,8 +335,8 @@ def _tower_data(steps, batch=16, seed=5):
 
 
 def _tower_router(f, embeddings, sparse=None, default=None):
-  sparse = sparse or (f.ours.LazyAdam(0.05) if f.ours else f.opt.Adam(0.05))
-  default = default or (f.ours.ClippyAdagrad(0.1) if f.ours else f.opt.Adagrad(0.1))
+  sparse = sparse or f.ours.LazyAdam(0.05)
+  default = default or f.ours.ClippyAdagrad(0.1)
   # tf_keras flavors save the default optimizer's state only when asked (Merlin never does).
   kwargs = {} if f is K3 else {"save_default_optimizer": True}
   return f.Multi([f.Blocks(sparse, list(embeddings))], default_optimizer=default, **kwargs)
@@ -500,7 +491,6 @@ def test_model_fit_same_as_custom_loop(f):
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
 
 
-@needs_ours
 def test_two_tower_same_weights_in_all_flavors():
   data = _tower_data(10)
   weights = {}
@@ -524,7 +514,6 @@ def test_two_tower_same_weights_in_all_flavors():
                                   start.get_weights()[0][untouched])
 
 
-@needs_ours
 def test_our_optimizers_inside_keras_multi_optimizer():
   data = _tower_data(4)
   model, embs = _tower_model(K3)
@@ -541,7 +530,6 @@ def test_our_optimizers_inside_keras_multi_optimizer():
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
-@needs_ours
 def test_mixed_precision_loss_scale_optimizer_around_router():
   data = _tower_data(3)
   try:
