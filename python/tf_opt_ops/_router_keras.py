@@ -1,9 +1,15 @@
-"""Router adapter for Keras 3 (`keras.optimizers.Optimizer`); see `tf_opt_ops.router`."""
+"""The routers for Keras 3 (`keras.optimizers.Optimizer`); see `tf_opt_ops._router_base`.
+
+Keras 3's base class owns an iteration counter, so these routers keep their own
+`iterations` (one per `apply_gradients`) and always save the default
+optimizer: no peer router exists for Keras 3. Why: see docs/design.md,
+"Routers".
+"""
 
 import keras
 
-from tf_opt_ops import router as _router
-from tf_opt_ops.router import OptimizerBlocks
+from tf_opt_ops import _registry
+from tf_opt_ops import _router_base
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -16,7 +22,7 @@ def _unwrap(variable):
   return variable
 
 
-class _KerasFlavor(_router.Flavor):
+class _KerasFlavor(_router_base.Flavor):
   name = "Keras 3"
 
   def check_optimizer(self, optimizer, what):
@@ -35,9 +41,18 @@ class _KerasFlavor(_router.Flavor):
   def deserialize(self, config, custom_objects=None):
     return keras.optimizers.deserialize(config, custom_objects=custom_objects)
 
+  def serialize_layer(self, layer):
+    return keras.layers.serialize(layer)
+
+  def deserialize_layer(self, config):
+    return keras.layers.deserialize(config)
+
   def var_key(self, variable):
     variable = _unwrap(variable)
     return getattr(variable, "_unique_id", id(variable))
+
+  def builds_once(self, optimizer):
+    return True
 
   def build(self, optimizer, variables, scope):
     with keras.name_scope(optimizer.name, caller=optimizer):
@@ -46,18 +61,31 @@ class _KerasFlavor(_router.Flavor):
   def optimizer_variables(self, optimizer):
     return list(optimizer.variables)
 
+  def own_trainable_variables(self, layer):
+    if isinstance(layer, keras.layers.Layer):
+      return list(layer._trainable_variables)  # pylint: disable=protected-access
+    return list(layer.trainable_variables)
+
+  def sub_layers(self, layer):
+    if isinstance(layer, keras.layers.Layer):
+      return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+    return []
+
+
+class OptimizerBlocks(_router_base.OptimizerBlocks):
+  __doc__ = _router_base.OptimizerBlocks.__doc__
+  _flavor = _KerasFlavor()
+
 
 class _KerasRouter(keras.optimizers.Optimizer):
   """Keras 3 base of both routers: owns only its `iteration` counter."""
 
-  _flavor = _KerasFlavor()
+  _flavor = OptimizerBlocks._flavor
+  _blocks_class = OptimizerBlocks
 
   def _init_base(self, name):
     # A callable learning rate creates no variable; `learning_rate` is overridden.
     super().__init__(learning_rate=lambda: 0.0, name=name)
-
-  def _router_name(self):
-    return self.name
 
   def _track_optimizer(self, optimizer, name):
     self._track_trackable(optimizer, name=name, overwrite=True)
@@ -94,7 +122,7 @@ class _KerasRouter(keras.optimizers.Optimizer):
   @property
   def variables(self):
     """The router's `iteration`, then every sub-optimizer's variables."""
-    return self._variables[:] + self._sub_variables()
+    return self._all_variables()
 
   def set_weights(self, weights):
     if not self.built:
@@ -106,7 +134,7 @@ class _KerasRouter(keras.optimizers.Optimizer):
     raise NotImplementedError("A router applies gradients through its sub-optimizers.")
 
 
-class CompositeOptimizer(_router.CompositeMixin, _KerasRouter):
+class CompositeOptimizer(_router_base.CompositeRouter, _KerasRouter):
   """Applies a different optimizer to each group of variables (Keras 3).
 
   Args:
@@ -122,7 +150,7 @@ class CompositeOptimizer(_router.CompositeMixin, _KerasRouter):
     self._init_composite(optimizers_and_vars, name)
 
 
-class MultiOptimizer(_router.MultiMixin, _KerasRouter):
+class MultiOptimizer(_router_base.MultiRouter, _KerasRouter):
   """Applies a different optimizer to each group of layers (Keras 3; Merlin's signature).
 
   Args:
@@ -132,17 +160,16 @@ class MultiOptimizer(_router.MultiMixin, _KerasRouter):
       matched in full against variable paths.
     default_optimizer: trains every variable no block claims.
     name: the router's name.
+    update_optimizers_and_blocks: items routed as by `update()`.
   """
 
-  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer"):
+  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
+               update_optimizers_and_blocks=None):
     self._init_base(name)
-    self._init_multi(optimizers_and_blocks, default_optimizer, name)
+    self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
+                     save_default=True)
 
 
-def _register():
-  for cls in (CompositeOptimizer, MultiOptimizer):
-    keras.saving.register_keras_serializable(package="tf_opt_ops", name=cls.__name__)(cls)
-  keras.saving.get_custom_objects().setdefault("merlin.models>MultiOptimizer", MultiOptimizer)
-
-
-_register()
+for _cls in (CompositeOptimizer, MultiOptimizer):
+  _registry.register("keras", _cls, "tf_opt_ops",
+                     aliases=(("merlin.models>MultiOptimizer",) if _cls is MultiOptimizer else ()))

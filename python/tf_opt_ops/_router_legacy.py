@@ -1,94 +1,55 @@
-"""Router adapter for tf_keras legacy optimizers (OptimizerV2); see `tf_opt_ops.router`.
+"""The routers for tf_keras legacy optimizers (OptimizerV2 base), as TFRS' and Merlin's.
 
-Like TensorFlow Recommenders' `CompositeOptimizer` and Merlin's
-`MultiOptimizer`, which are OptimizerV2 subclasses, with every sub-optimizer
-(the default one included) a checkpoint dependency.
+TensorFlow Recommenders' `CompositeOptimizer` and Merlin Models'
+`MultiOptimizer` are OptimizerV2 subclasses; these have their state exactly
+(see `tf_opt_ops._router_tf_keras_base` and docs/design.md, "Routers") and
+take optimizers of both tf_keras APIs. Identifier strings resolve to legacy
+optimizers, as in Merlin.
 """
 
 import tensorflow as tf
 import tf_keras
 
-from tf_opt_ops import router as _router
-from tf_opt_ops._router_tf_keras import TfKerasFlavorBase
-from tf_opt_ops._router_tf_keras import register
-from tf_opt_ops.router import OptimizerBlocks
+from tf_opt_ops import _registry
+from tf_opt_ops import _router_base
+from tf_opt_ops import _router_tf_keras_base as _base
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
-_LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+
+class OptimizerBlocks(_router_base.OptimizerBlocks):
+  __doc__ = _router_base.OptimizerBlocks.__doc__
+  _flavor = _base.TfKerasFlavor(legacy=True)
 
 
-class _LegacyFlavor(TfKerasFlavorBase):
-  name = "tf_keras legacy"
-  builds_once = False  # OptimizerV2 creates slots for new variables on demand.
-  own_variables_attr = "_weights"
+class _LegacyRouter(_base.PeerRouter, tf_keras.optimizers.legacy.Optimizer):
+  """OptimizerV2 base of both routers: no state of its own."""
 
-  def check_optimizer(self, optimizer, what):
-    if not isinstance(optimizer, _LegacyOptimizer):
-      raise self.type_error(optimizer, what, "tf_keras.optimizers.legacy.Optimizer (OptimizerV2)")
-    if isinstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer):
-      raise ValueError(f"{what}: a LossScaleOptimizer cannot be used inside a router; wrap the "
-                       "router in the LossScaleOptimizer instead.")
-
-  def get(self, identifier):
-    return tf_keras.optimizers.get(identifier, use_legacy_optimizer=True)
-
-  use_legacy_optimizer = True
-
-  def build(self, optimizer, variables, scope):
-    # The scope keeps the names of the sub-optimizers' `iter` variables apart
-    # (HDF5 files store optimizer weights by name).
-    with tf.init_scope(), tf.name_scope(scope):
-      optimizer._create_all_weights(variables)  # pylint: disable=protected-access
-
-  def optimizer_variables(self, optimizer):
-    return list(optimizer.variables())
-
-  def learning_rate(self, optimizer):
-    return optimizer._get_hyper("learning_rate")  # pylint: disable=protected-access
-
-
-class _LegacyRouter(_LegacyOptimizer):
-  """OptimizerV2 base of both routers: owns only its `iter` counter."""
-
-  _flavor = _LegacyFlavor()
+  _flavor = OptimizerBlocks._flavor
+  _blocks_class = OptimizerBlocks
   _HAS_AGGREGATE_GRAD = True
 
   def _init_base(self, name):
     super().__init__(name)
 
-  def _router_name(self):
-    return self._name
-
-  def _track_optimizer(self, optimizer, name):
-    self._track_trackable(optimizer, name=name, overwrite=True)
-
   def _create_all_weights(self, var_list):
-    _ = self.iterations
-    self._table.build(list(var_list))
+    # What tf_keras calls before `set_weights` when it loads an HDF5 file.
+    with tf.init_scope():
+      self._table.build(list(var_list))
 
   def apply_gradients(self, grads_and_vars, name=None, experimental_aggregate_gradients=True):
-    grads_and_vars = list(grads_and_vars)
-    with tf.init_scope():
-      _ = self.iterations
-    for optimizer, pairs in self._table.route(grads_and_vars):
-      optimizer.apply_gradients(pairs,
-                                experimental_aggregate_gradients=experimental_aggregate_gradients)
-    return self.iterations.assign_add(1)
+    return self._route_and_apply(grads_and_vars, name, experimental_aggregate_gradients)
 
   def variables(self):
-    """The router's `iter`, then every sub-optimizer's variables."""
-    return self._own_variables() + self._sub_variables()
+    """Every saved sub-optimizer's variables, in checkpoint order."""
+    return self._all_variables()
 
   @property
   def weights(self):
-    return self.variables()
+    return self._all_variables()
 
   def set_weights(self, weights):
     self._assign_all(weights)
-
-  def get_config(self):
-    return self._router_config()
 
   def _resource_apply_dense(self, grad, handle, apply_state):
     raise NotImplementedError("A router applies gradients through its sub-optimizers.")
@@ -97,12 +58,12 @@ class _LegacyRouter(_LegacyOptimizer):
     raise NotImplementedError("A router applies gradients through its sub-optimizers.")
 
 
-class CompositeOptimizer(_router.CompositeMixin, _LegacyRouter):
-  """Applies a different optimizer to each group of variables (tf_keras legacy optimizers).
+class CompositeOptimizer(_router_base.CompositeRouter, _LegacyRouter):
+  """Applies a different optimizer to each group of variables (tf_keras legacy).
 
-  TensorFlow Recommenders' signature: `(optimizer, callable returning
-  variables)` pairs. A variable with a gradient that no pair claims raises
-  `ValueError`.
+  TensorFlow Recommenders' class: `(optimizer, callable returning variables)`
+  pairs, optimizers of either tf_keras API. A variable with a gradient that no
+  pair claims raises `ValueError`.
   """
 
   def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
@@ -110,21 +71,24 @@ class CompositeOptimizer(_router.CompositeMixin, _LegacyRouter):
     self._init_composite(optimizers_and_vars, name)
 
 
-class MultiOptimizer(_router.MultiMixin, _LegacyRouter):
+class MultiOptimizer(_router_base.MultiRouter, _LegacyRouter):
   """Applies a different optimizer to each group of layers (tf_keras legacy; Merlin's class).
 
-  `OptimizerBlocks(optimizer, blocks)` items, optimizers as instances or Keras
-  identifier strings (resolved to legacy optimizers), `default_optimizer` for
-  every variable no block claims.
+  `OptimizerBlocks(optimizer, blocks)` items, optimizers as instances (either
+  tf_keras API) or identifier strings (resolved to legacy optimizers),
+  `default_optimizer` for every variable no block claims.
+  `save_default_optimizer=True` also saves the default optimizer's state,
+  which Merlin does not: its checkpoints then no longer restore into Merlin's
+  class with `assert_consumed()`.
   """
 
-  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer"):
+  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
+               update_optimizers_and_blocks=None, save_default_optimizer=False):
     self._init_base(name)
-    self._init_multi(optimizers_and_blocks, default_optimizer, name)
+    self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
+                     save_default_optimizer)
 
 
-register(
-    {
-        "tf_opt_ops.legacy>CompositeOptimizer": CompositeOptimizer,
-        "tf_opt_ops.legacy>MultiOptimizer": MultiOptimizer
-    }, {"merlin.models>MultiOptimizer": MultiOptimizer})
+_registry.register("tf_keras", CompositeOptimizer, "tf_opt_ops.legacy")
+_registry.register("tf_keras", MultiOptimizer, "tf_opt_ops.legacy",
+                   aliases=("merlin.models>MultiOptimizer",))

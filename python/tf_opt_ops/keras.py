@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from tf_opt_ops import _core
+from tf_opt_ops import _hyperparameters
 from tf_opt_ops import _registry
 from tf_opt_ops._router_keras import CompositeOptimizer
 from tf_opt_ops._router_keras import MultiOptimizer
@@ -32,6 +33,10 @@ class _ScalableIndexedSlices(tf.IndexedSlices):
 
 class _Keras3Mixin:
   """Behaviour both Keras 3 optimizers share with the base class."""
+
+  def __init__(self, learning_rate=0.001, **kwargs):
+    # Keras 3 takes a Python float only; tensors and NumPy scalars are converted.
+    super().__init__(learning_rate=_hyperparameters.keras3_learning_rate(learning_rate), **kwargs)
 
   def apply(self, grads, trainable_variables=None):
     if self.loss_scale_factor is not None:

@@ -11,6 +11,7 @@ XLA the optimizers fall back to standard ops).
 import tf_keras
 
 from tf_opt_ops import _core
+from tf_opt_ops import _restore_hints
 from tf_opt_ops import _registry
 from tf_opt_ops._router_tf_keras import CompositeOptimizer
 from tf_opt_ops._router_tf_keras import MultiOptimizer
@@ -35,6 +36,11 @@ class _TfKerasMixin:
 
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
+
+  def _create_or_restore_slot_variable(self, *args, **kwargs):
+    # A TFA/Merlin (OptimizerV2) checkpoint: say which class restores it.
+    with _restore_hints.name_the_legacy_class(self):
+      return super()._create_or_restore_slot_variable(*args, **kwargs)
 
 
 class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):

@@ -1,0 +1,30 @@
+"""Errors that name the class to use when a checkpoint meets the wrong Keras flavor.
+
+TensorFlow Addons' and Merlin's `LazyAdam` are tf_keras legacy optimizers
+(OptimizerV2). Restoring their checkpoints into a tf_keras new-API optimizer
+fails in tf_keras with a message that names `tf.keras.optimizers.legacy.<Class>`,
+a class that does not exist for ours. Why the flavors differ: see
+docs/design.md, "Keras flavors and checkpoints".
+"""
+
+import contextlib
+
+# What tf_keras' new Optimizer says when a checkpoint holds OptimizerV2 slots.
+_TF_KERAS_LEGACY_CHECKPOINT = "from a legacy TF-Keras optimizer into a v2.11+ Optimizer"
+
+
+@contextlib.contextmanager
+def name_the_legacy_class(optimizer):
+  """Re-raises tf_keras' legacy-checkpoint error naming `tf_opt_ops.legacy.<Class>`."""
+  try:
+    yield
+  except ValueError as e:
+    if _TF_KERAS_LEGACY_CHECKPOINT not in str(e):
+      raise
+    name = type(optimizer).__name__
+    raise ValueError(
+        f"This checkpoint was written by a tf_keras legacy optimizer (OptimizerV2, as TensorFlow "
+        f"Addons' and Merlin's LazyAdam are), but it is being restored into "
+        f"{type(optimizer).__module__}.{name}, a tf_keras new-API optimizer whose checkpoint "
+        f"layout differs. Use tf_opt_ops.legacy.{name} instead (under TF_USE_LEGACY_KERAS=1 the "
+        f"top-level tf_opt_ops.{name} is the tf_keras new-API class).") from e

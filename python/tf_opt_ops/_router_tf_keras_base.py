@@ -1,0 +1,185 @@
+"""What the two tf_keras routers share (`_router_tf_keras`, `_router_legacy`).
+
+Both take optimizers of either tf_keras API (new `tf_keras.optimizers.Optimizer`
+and legacy OptimizerV2), as TensorFlow Recommenders' `CompositeOptimizer` does,
+and have the peers' state exactly: no counter of their own (`iterations` is the
+first sub-optimizer's), `variables` are the sub-optimizers', and the checkpoint
+holds only `Optimizer<i>` dependencies (plus `default_optimizer` when
+MultiOptimizer is asked to save it). A TFRS or Merlin checkpoint then restores
+into ours with `assert_consumed()` and back. Why: see docs/design.md, "Routers".
+"""
+
+import re
+
+import tensorflow as tf
+import tf_keras
+from tf_keras.src.mixed_precision import loss_scale_optimizer as _loss_scale
+
+from tf_opt_ops import _router_base
+
+_NewOptimizer = tf_keras.optimizers.Optimizer
+_LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+
+
+def _var_key(variable):
+  # As `tf_keras.optimizers.Optimizer._var_key`: one key per distributed variable.
+  if hasattr(variable, "_distributed_container"):
+    variable = variable._distributed_container()  # pylint: disable=protected-access
+  else:
+    try:
+      handle = variable.handle
+    except (AttributeError, ValueError):  # A DistributedVariable in cross-replica context.
+      handle = None
+    if hasattr(handle, "_distributed_container"):
+      variable = handle._distributed_container()  # pylint: disable=protected-access
+  return getattr(variable, "_unique_id", id(variable))
+
+
+def scope_name(name):
+  return re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
+
+
+class TfKerasFlavor(_router_base.Flavor):
+  """Both tf_keras optimizer APIs; `legacy` picks how identifier strings resolve."""
+
+  own_counter = False
+  always_saves_default = False
+
+  def __init__(self, legacy):
+    self.legacy = legacy
+    self.name = "tf_keras legacy" if legacy else "tf_keras"
+
+  def check_optimizer(self, optimizer, what):
+    if not isinstance(optimizer, (_NewOptimizer, _LegacyOptimizer)):
+      raise self.type_error(
+          optimizer, what,
+          "tf_keras.optimizers.Optimizer or tf_keras.optimizers.legacy.Optimizer (tf_keras)")
+    if isinstance(optimizer, _loss_scale.BaseLossScaleOptimizer):
+      raise ValueError(f"{what}: a LossScaleOptimizer cannot be used inside a router; wrap the "
+                       "router in the LossScaleOptimizer instead.")
+
+  def get(self, identifier):
+    return tf_keras.optimizers.get(identifier, use_legacy_optimizer=self.legacy)
+
+  def finish_config(self, config):
+    # tf_keras' deserializer reads a config without this key as a legacy optimizer's.
+    return config if self.legacy else dict(config, is_legacy_optimizer=False)
+
+  def serialize(self, optimizer):
+    return tf_keras.optimizers.serialize(optimizer)
+
+  def deserialize(self, config, custom_objects=None):
+    registered = config.get("registered_name") if isinstance(config, dict) else None
+    if registered and registered != config.get("class_name"):
+      # Inside tf_keras' SavedModel/HDF5 loading the legacy deserializer runs,
+      # which looks classes up by `class_name` only.
+      config = dict(config, class_name=registered)
+    # A non-empty config says itself which API it is (`is_legacy_optimizer`).
+    return tf_keras.optimizers.deserialize(config, custom_objects=custom_objects,
+                                           use_legacy_optimizer=self.legacy)
+
+  def serialize_layer(self, layer):
+    return tf_keras.layers.serialize(layer)
+
+  def deserialize_layer(self, config):
+    return tf_keras.layers.deserialize(config)
+
+  def var_key(self, variable):
+    return _var_key(variable)
+
+  def builds_once(self, optimizer):
+    # OptimizerV2 creates slots for new variables on demand.
+    return isinstance(optimizer, _NewOptimizer)
+
+  def build(self, optimizer, variables, scope):
+    if isinstance(optimizer, _NewOptimizer):
+      with tf.init_scope():
+        optimizer.build(variables)
+      return
+    # The scope keeps the names of the sub-optimizers' `iter` variables apart
+    # (HDF5 files store optimizer weights by name).
+    with tf.init_scope(), tf.name_scope(scope):
+      optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+
+  def optimizer_variables(self, optimizer):
+    if isinstance(optimizer, _NewOptimizer):
+      return list(optimizer.variables)
+    return list(optimizer.variables())
+
+  def learning_rate(self, optimizer):
+    if isinstance(optimizer, _NewOptimizer):
+      return optimizer.learning_rate
+    return optimizer._get_hyper("learning_rate")  # pylint: disable=protected-access
+
+  def apply(self, optimizer, grads_and_vars, name, aggregate):
+    """One sub-optimizer's `apply_gradients`, with the keywords of its API."""
+    if isinstance(optimizer, _NewOptimizer):
+      return optimizer.apply_gradients(grads_and_vars, name=name,
+                                       skip_gradients_aggregation=not aggregate)
+    return optimizer.apply_gradients(grads_and_vars, name=name,
+                                     experimental_aggregate_gradients=aggregate)
+
+  def own_trainable_variables(self, layer):
+    # Merlin's walk: each module's own `_trainable_weights`.
+    if hasattr(layer, "_trainable_weights"):
+      return list(layer._trainable_weights)  # pylint: disable=protected-access
+    return [] if self._is_keras_module(layer) else list(layer.trainable_variables)
+
+  def sub_layers(self, layer):
+    if not self._is_keras_module(layer):
+      return []
+    return list(layer._flatten_modules(include_self=False, recursive=False))  # pylint: disable=protected-access
+
+  @staticmethod
+  def _is_keras_module(layer):
+    return hasattr(layer, "_trainable_weights") and hasattr(layer, "_flatten_modules")
+
+  @staticmethod
+  def rename_iterations(optimizer, scope):
+    """Gives an unbuilt new-API sub-optimizer's counter a unique name (`<scope>/iteration`).
+
+    Every tf_keras optimizer names its counter `iteration`, and HDF5 files store
+    optimizer weights by name, so two sub-optimizers could not be saved. The
+    counter is replaced (same value) the way the base class allows before the
+    optimizer is built: `iterations` and its slot in `variables`. Checkpoints
+    name it by attribute (`_iterations`), so their layout does not change.
+    """
+    # pylint: disable=protected-access
+    if not isinstance(optimizer, _NewOptimizer):
+      return
+    old = optimizer._iterations
+    variables = optimizer._variables
+    if (getattr(optimizer, "_built", False) or getattr(optimizer, "_mesh", None) or not variables or
+        variables[0] is not old or not str(old.name).startswith("iteration:")):
+      return
+    with tf.init_scope(), tf.name_scope(scope):
+      new = tf.Variable(old.read_value(), name="iteration", dtype=old.dtype, trainable=False)
+    optimizer._iterations = new
+    # A new list: a ListWrapper changed in place refuses to be checkpointed.
+    optimizer._variables = [new] + list(variables[1:])
+    if hasattr(optimizer, "_coalesced_children"):  # Checkpoint children cached by the base.
+      delattr(optimizer, "_coalesced_children")
+
+
+class PeerRouter:
+  """The tf_keras routers' behaviour over either base class (mixed in before it)."""
+
+  def _track_optimizer(self, optimizer, name):
+    self._flavor.rename_iterations(optimizer, f"{scope_name(self._router_name())}/{name}")
+    self._track_trackable(optimizer, name=name, overwrite=True)
+
+  @property
+  def iterations(self):
+    """The first sub-optimizer's counter, as in TFRS' and Merlin's routers."""
+    return self._first_optimizer().iterations
+
+  @iterations.setter
+  def iterations(self, variable):
+    for optimizer in self.optimizers:
+      optimizer.iterations = variable
+
+  def _route_and_apply(self, grads_and_vars, name, aggregate):
+    grads_and_vars = list(grads_and_vars)
+    for optimizer, pairs in self._table.route(grads_and_vars):
+      self._flavor.apply(optimizer, pairs, name, aggregate)
+    return self.iterations
