@@ -40,11 +40,8 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
                      beta_2=0.999, epsilon=1e-7, use_locking=False, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices`.
 
-  For each distinct row i of `indices` (duplicate rows' gradients summed first):
-    lr_t = lr * sqrt(1 - beta_2_power) / (1 - beta_1_power)
-    m[i] = beta_1 * m[i] + (1 - beta_1) * g[i]
-    v[i] = beta_2 * v[i] + (1 - beta_2) * g[i]^2
-    var[i] -= lr_t * m[i] / (sqrt(v[i]) + epsilon)
+  The update rule is stated in the op's documentation:
+  `help(load_library().tf_opt_ops_resource_sparse_apply_lazy_adam)`.
   `beta_1_power`/`beta_2_power` are beta^t for the 1-based step t, as in
   `tf.raw_ops.ResourceApplyAdam`. Returns the op (no outputs).
   """
@@ -73,15 +70,9 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
   """Clippy Adagrad on every element of `var` with a dense `grad`.
 
   Returns the clipping scale in [0, 1] (float64 for float64 variables, float32
-  otherwise), one per variable:
-    if use_standard_accumulator_update: accum += g^2
-    p = 1 / sqrt(accum + epsilon); delta = lr * g * p
-    max_d = variable_relative_threshold * |var| + accumulator_relative_threshold * p
-            + absolute_threshold
-    scale = min(1, min over delta != 0 of max_d / |delta|)
-    if not use_standard_accumulator_update:
-      accum += (g * scale)^2 if clip_accumulator_update else g^2
-    var -= delta * scale
+  otherwise), one per variable. `var` may be 0-D. The update rule is stated in
+  the op's documentation:
+  `help(load_library().tf_opt_ops_resource_apply_clippy_adagrad)`.
   """
   grad = tf.convert_to_tensor(grad)
   return load_library().tf_opt_ops_resource_apply_clippy_adagrad(
@@ -100,7 +91,8 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only; the scale is
-  the minimum over those rows. Returns the scale.
+  the minimum over those rows. Returns the scale. See the op's documentation:
+  `help(load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad)`.
   """
   grad = tf.convert_to_tensor(grad)
   return load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad(
