@@ -108,7 +108,8 @@ GPU_GENCODE = $(foreach a,$(gpu_archs),-gencode=arch=compute_$(a),code=sm_$(a)) 
 GPU_NVCC_FLAGS := $(shell sed -n 's/^ *"\(-[^"]*\)",.*$$/\1/p' $(NVCC_COPTS_FILE)) -I.
 vpath %.cu.cc tf_opt_ops gpu_check
 
-$(GPU_CHECK_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_DIR)
+# Reconfiguring (new architectures) rebuilds the objects too.
+$(GPU_CHECK_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) $(wildcard .bazelrc) configure.sh | $(GPU_CHECK_DIR)
 	$(if $(gpu_archs),,$(error no GPU architectures: set GPU_CHECK_ARCHS=90 (comma-separated) or fix configure.sh's TF_CUDA_ARCHS default))
 	$(NVCC) -c -x cu $(GPU_NVCC_FLAGS) $(GPU_GENCODE) -o $@ $<
 
