@@ -108,15 +108,18 @@ GPU_GENCODE = $(foreach a,$(gpu_archs),-gencode=arch=compute_$(a),code=sm_$(a)) 
 GPU_NVCC_FLAGS := $(shell sed -n 's/^ *"\(-[^"]*\)",.*$$/\1/p' $(NVCC_COPTS_FILE)) -I.
 vpath %.cu.cc tf_opt_ops gpu_check
 
-# Reconfiguring (new architectures) rebuilds the objects too.
-$(GPU_CHECK_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) $(wildcard .bazelrc) configure.sh | $(GPU_CHECK_DIR)
+# Objects go to one folder per architecture list, so that new architectures
+# (a reconfigured .bazelrc) rebuild them and relink the library.
+GPU_CHECK_OBJ_DIR := $(GPU_CHECK_DIR)/sm_$(subst $(comma),_,$(GPU_CHECK_ARCHS))
+
+$(GPU_CHECK_OBJ_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_OBJ_DIR)
 	$(if $(gpu_archs),,$(error no GPU architectures: set GPU_CHECK_ARCHS=90 (comma-separated) or fix configure.sh's TF_CUDA_ARCHS default))
 	$(NVCC) -c -x cu $(GPU_NVCC_FLAGS) $(GPU_GENCODE) -o $@ $<
 
-$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o))
+$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_OBJ_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o))
 	$(NVCC) -shared -cudart static $(GPU_GENCODE) -o $@ $^
 
-$(GPU_CHECK_DIR):
+$(GPU_CHECK_OBJ_DIR):
 	mkdir -p $@
 
 gpu-check-build: $(GPU_CHECK_LIB)
