@@ -86,29 +86,40 @@ bench: build
 # (GPU_CHECK_FLAGS=--require-gpu makes that exit 3); a failed check exits 1.
 #   make gpu-check GPU_CHECK_ARCHS=90 GPU_CHECK_FLAGS="--bench quick --json out.json"
 NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
-GPU_CHECK_ARCHS ?= 75,80,86,89,90
+# The nvcc flags and GPU architectures are the Bazel build's, read from where
+# it keeps them: the flags from tf_opt_ops/nvcc_copts.bzl, the architectures
+# from the configured .bazelrc (TF_CUDA_ARCHS), else configure.sh's default.
+NVCC_COPTS_FILE := tf_opt_ops/nvcc_copts.bzl
+configured_archs := $(shell sed -n 's/^build --repo_env=TF_CUDA_ARCHS=//p' .bazelrc 2>/dev/null)
+default_archs := $(shell sed -n 's/^cuda_archs="$${TF_CUDA_ARCHS:-\([0-9,]*\)}"$$/\1/p' configure.sh)
+GPU_CHECK_ARCHS ?= $(or $(configured_archs),$(default_archs))
 GPU_CHECK_FLAGS ?=
 GPU_PY ?= $(shell [ -x $(VENV)/bin/python ] && echo $(VENV)/bin/python || echo python3)
 GPU_CHECK_DIR := gpu_check/build
 GPU_CHECK_LIB := $(GPU_CHECK_DIR)/libtfo_gpu_check.so
 GPU_CHECK_SRCS := sparse_rows.cu.cc lazy_adam_kernels.cu.cc clippy_adagrad_kernels.cu.cc capi.cu.cc
-GPU_CHECK_HDRS := tf_opt_ops/gpu_launchers.h tf_opt_ops/gpu_kernel_util.cu.h tf_opt_ops/optimizer_math.h
+GPU_CHECK_HDRS := tf_opt_ops/gpu_launchers.h tf_opt_ops/gpu_kernel_util.cu.h \
+	tf_opt_ops/optimizer_math.h $(NVCC_COPTS_FILE)
 comma := ,
-gpu_archs := $(subst $(comma), ,$(GPU_CHECK_ARCHS))
+gpu_archs = $(subst $(comma), ,$(GPU_CHECK_ARCHS))
 # SASS for each architecture, PTX for the last (as the Bazel build).
-GPU_GENCODE := $(foreach a,$(gpu_archs),-gencode=arch=compute_$(a),code=sm_$(a)) \
+GPU_GENCODE = $(foreach a,$(gpu_archs),-gencode=arch=compute_$(a),code=sm_$(a)) \
 	-gencode=arch=compute_$(lastword $(gpu_archs)),code=compute_$(lastword $(gpu_archs))
-# The flags of tf_opt_ops/BUILD's NVCC_COPTS.
-GPU_NVCC_FLAGS := -std=c++17 -O3 --fmad=false -Xcompiler=-fPIC -Xcompiler=-fvisibility=hidden -DNDEBUG -I.
+GPU_NVCC_FLAGS := $(shell sed -n 's/^ *"\(-[^"]*\)",.*$$/\1/p' $(NVCC_COPTS_FILE)) -I.
 vpath %.cu.cc tf_opt_ops gpu_check
 
-$(GPU_CHECK_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_DIR)
+# Objects go to one folder per architecture list, so that new architectures
+# (a reconfigured .bazelrc) rebuild them and relink the library.
+GPU_CHECK_OBJ_DIR := $(GPU_CHECK_DIR)/sm_$(subst $(comma),_,$(GPU_CHECK_ARCHS))
+
+$(GPU_CHECK_OBJ_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_OBJ_DIR)
+	$(if $(gpu_archs),,$(error no GPU architectures: set GPU_CHECK_ARCHS=90 (comma-separated) or fix configure.sh's TF_CUDA_ARCHS default))
 	$(NVCC) -c -x cu $(GPU_NVCC_FLAGS) $(GPU_GENCODE) -o $@ $<
 
-$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o))
+$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_OBJ_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o))
 	$(NVCC) -shared -cudart static $(GPU_GENCODE) -o $@ $^
 
-$(GPU_CHECK_DIR):
+$(GPU_CHECK_OBJ_DIR):
 	mkdir -p $@
 
 gpu-check-build: $(GPU_CHECK_LIB)

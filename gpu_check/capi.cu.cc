@@ -26,27 +26,29 @@ cudaStream_t g_stream = nullptr;
 cudaEvent_t g_start = nullptr;
 cudaEvent_t g_stop = nullptr;
 
+// The hyperparameters in the compute type C, as the OpKernels read them,
+// then widened to double for the launchers by the one conversion the
+// OpKernels use too (CastStep, optimizer_math.h).
 template <typename C>
 AdamStep<double> LazyAdamStep(double lr, double beta1, double beta2, double epsilon,
                               double beta1_power, double beta2_power) {
-  const AdamStep<C> s = tf_opt_ops::MakeAdamStep<C>(
+  return tf_opt_ops::CastStep<double>(tf_opt_ops::MakeAdamStep<C>(
       static_cast<C>(lr), static_cast<C>(beta1), static_cast<C>(beta2), static_cast<C>(epsilon),
-      static_cast<C>(beta1_power), static_cast<C>(beta2_power));
-  return AdamStep<double>{s.lr_t,  s.beta1,           s.one_minus_beta1,
-                          s.beta2, s.one_minus_beta2, s.epsilon};
+      static_cast<C>(beta1_power), static_cast<C>(beta2_power)));
 }
 
 template <typename C>
 ClippyStep<double> MakeClippyStep(double lr, double epsilon, double vrt, double art, double at,
                                   int clip_accumulator_update,
                                   int use_standard_accumulator_update) {
-  return ClippyStep<double>{static_cast<C>(lr),
-                            static_cast<C>(epsilon),
-                            static_cast<C>(vrt),
-                            static_cast<C>(art),
-                            static_cast<C>(at),
-                            clip_accumulator_update != 0,
-                            use_standard_accumulator_update != 0};
+  const ClippyStep<double> given{lr,
+                                 epsilon,
+                                 vrt,
+                                 art,
+                                 at,
+                                 clip_accumulator_update != 0,
+                                 use_standard_accumulator_update != 0};
+  return tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<C>(given));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
   runtime, and every TensorFlow symbol it imports is defined by
   libtensorflow_framework.so.2 (none from libtensorflow_cc.so.2, which
   tensorflow-cpu does not export to custom ops);
+- `make gpu-check-build` compiles the kernels with the Bazel build's nvcc
+  flags (tf_opt_ops/nvcc_copts.bzl) and GPU architectures, read, not copied;
 - with it loaded, the CPU kernels still compute what tf_opt_ops/reference.py
   (the NumPy references the GPU check holds the CUDA kernels to) computes, so
   the references are themselves checked against the CPU kernels here.
@@ -17,6 +19,7 @@ None) unless TF_OPT_OPS_EXPECT_CUDA=1, which makes them fail instead.
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -30,6 +33,8 @@ from tf_opt_ops import _build_info
 from tf_opt_ops import _loader
 from tf_opt_ops import ops
 from tf_opt_ops import reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CUDA_VERSION = getattr(_build_info, "CUDA_VERSION", None)
 EXPECT_CUDA = os.environ.get("TF_OPT_OPS_EXPECT_CUDA") == "1"
@@ -142,6 +147,48 @@ def test_tensorflow_symbols_come_from_the_framework_only():
   provided = {s.split("@")[0] for s in _dynamic_symbols(framework, "--defined-only")}
   missing = sorted(undefined - provided)
   assert not missing, f"imports not exported by libtensorflow_framework.so.2: {missing[:10]}"
+
+
+# ------------------------------------------- the GPU check's build
+
+
+def _nvcc_copts():
+  """NVCC_COPTS as tf_opt_ops/BUILD loads it (the .bzl is a Python literal too)."""
+  namespace = {}
+  with open(os.path.join(ROOT, "tf_opt_ops", "nvcc_copts.bzl"), encoding="utf-8") as f:
+    exec(f.read(), namespace)  # pylint: disable=exec-used
+  return namespace["NVCC_COPTS"]
+
+
+def _expected_archs():
+  """The architectures of the configured build: the .so's own when it is a
+  CUDA build configured here, else the default configure.sh would use."""
+  if CUDA_VERSION is not None and os.path.exists(os.path.join(ROOT, ".bazelrc")):
+    return [str(a) for a in _build_info.CUDA_ARCHS]
+  script = 'TF_CUDA_ARCHS=; eval "$(grep "^cuda_archs=" configure.sh)"; echo "$cuda_archs"'
+  out = subprocess.run(["bash", "-c", script], cwd=ROOT, check=True, capture_output=True,
+                       text=True).stdout.strip()
+  assert out, "configure.sh has no cuda_archs default line"
+  return out.split(",")
+
+
+def test_gpu_check_build_uses_the_bazel_nvcc_flags_and_archs():
+  make = shutil.which("make")
+  assert make is not None, "make not installed"
+  out = subprocess.run([make, "-n", "-B", "gpu-check-build", "NVCC=nvcc"], cwd=ROOT, check=True,
+                       capture_output=True, text=True).stdout
+  compiles = [shlex.split(line) for line in out.splitlines() if line.startswith("nvcc -c")]
+  assert len(compiles) == 4, out  # three kernel files and the C API
+  copts = _nvcc_copts()
+  assert "--fmad=false" in copts  # CPU and GPU agree bit for bit only without FMA
+  archs = _expected_archs()
+  for args in compiles:
+    start = args.index(copts[0])
+    assert args[start:start + len(copts)] == copts, args
+    sass = [a.split("code=sm_")[1] for a in args if "code=sm_" in a]
+    ptx = [a.split("code=compute_")[1] for a in args if re.search(r"code=compute_\d+$", a)]
+    assert sass == archs, args
+    assert ptx == archs[-1:], args
 
 
 # ------------------------------------------- CPU kernels vs the GPU references

@@ -10,7 +10,10 @@
 #include <mutex>
 #include <type_traits>
 
-#include "tf_opt_ops/kernel_helpers.h"
+#include "tf_opt_ops/cpu_row_loops.h"
+#include "tf_opt_ops/gpu_glue.h"
+#include "tf_opt_ops/huge_pages.h"
+#include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
 namespace {
@@ -30,16 +33,10 @@ ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* gra
   ForEachItem(ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
               [&](int64_t begin, int64_t end) {
                 C local = C(1);
-                for (int64_t k = begin; k < end; ++k) {
-                  if (k + kPrefetchRows < end) {
-                    const int64_t ahead = offset(k + kPrefetchRows);
-                    PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
-                    PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
-                  }
-                  const int64_t o = offset(k);
+                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
                   local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step,
                                          local);
-                }
+                });
                 std::lock_guard<std::mutex> lock(mu);
                 min_ratio = NanMin<C>(min_ratio, local);
               });
@@ -47,15 +44,9 @@ ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* gra
   ForEachItem(ctx, count,
               Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
               [&](int64_t begin, int64_t end) {
-                for (int64_t k = begin; k < end; ++k) {
-                  if (k + kPrefetchRows < end) {
-                    const int64_t ahead = offset(k + kPrefetchRows);
-                    PrefetchForWrite(var + ahead, length(k + kPrefetchRows) * sizeof(T));
-                    PrefetchForWrite(accum + ahead, length(k + kPrefetchRows) * sizeof(T));
-                  }
-                  const int64_t o = offset(k);
+                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
                   ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
-                }
+                });
               });
   return scale;
 }
@@ -115,8 +106,8 @@ struct ApplyClippyAdagrad<GPUDevice, T> {
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     return GpuStatus(gpu::ApplyClippyAdagrad(GpuDType<T>(), var->NumElements(), grad.data(),
-                                             var->data(), accum->data(), Widen(step), scale->data(),
-                                             scratch.data(), bytes, GpuStream(ctx)),
+                                             var->data(), accum->data(), CastStep<double>(step),
+                                             scale->data(), scratch.data(), bytes, GpuStream(ctx)),
                      "ApplyClippyAdagrad");
   }
 };
@@ -136,11 +127,11 @@ struct SparseApplyClippyAdagrad<GPUDevice, T, Tindex> {
     Tensor scratch;
     TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
     gpu::IndexError bad;
-    TF_RETURN_IF_ERROR(
-        GpuStatus(gpu::SparseApplyClippyAdagrad(GpuDType<T>(), rows, grad.data(), var->data(),
-                                                accum->data(), Widen(step), scale->data(),
-                                                scratch.data(), bytes, GpuStream(ctx), &bad),
-                  "SparseApplyClippyAdagrad"));
+    TF_RETURN_IF_ERROR(GpuStatus(
+        gpu::SparseApplyClippyAdagrad(GpuDType<T>(), rows, grad.data(), var->data(), accum->data(),
+                                      CastStep<double>(step), scale->data(), scratch.data(), bytes,
+                                      GpuStream(ctx), &bad),
+        "SparseApplyClippyAdagrad"));
     if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
     return absl::OkStatus();
   }
@@ -225,19 +216,16 @@ absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernel
 #define TF_OPT_OPS_REGISTER_CPU(T)                                          \
   REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceApplyClippyAdagrad")       \
                               .Device(tensorflow::DEVICE_CPU)               \
-                              .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<ComputeT<T>>("Tscalar"),      \
+                              .TypeConstraint<T>("T"),                      \
                           ClippyAdagradOp<CPUDevice, T, int32_t, false>);   \
   REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
                               .Device(tensorflow::DEVICE_CPU)               \
                               .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
                               .TypeConstraint<int32_t>("Tindices"),         \
                           ClippyAdagradOp<CPUDevice, T, int32_t, true>);    \
   REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
                               .Device(tensorflow::DEVICE_CPU)               \
                               .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")       \
                               .TypeConstraint<int64_t>("Tindices"),         \
                           ClippyAdagradOp<CPUDevice, T, int64_t, true>);
 TF_CALL_half(TF_OPT_OPS_REGISTER_CPU);
@@ -257,8 +245,7 @@ TF_CALL_double(TF_OPT_OPS_REGISTER_CPU);
       .HostMemory("variable_relative_threshold")    \
       .HostMemory("accumulator_relative_threshold") \
       .HostMemory("absolute_threshold")             \
-      .TypeConstraint<T>("T")                       \
-      .TypeConstraint<ComputeT<T>>("Tscalar")
+      .TypeConstraint<T>("T")
 #define TF_OPT_OPS_REGISTER_GPU(T)                                                              \
   REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),      \
                           ClippyAdagradOp<GPUDevice, T, int32_t, false>);                       \

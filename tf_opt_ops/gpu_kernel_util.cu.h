@@ -15,9 +15,9 @@ namespace tf_opt_ops {
 namespace gpu {
 
 constexpr int kThreadsPerBlock = 256;
-// Grid-stride loops keep at most this many blocks, which fills any current
-// GPU (132 SMs x 8 blocks of 256 on an H100) and bounds the per-block
-// partial results of the Clippy min-reduction.
+// Grid-stride loops keep at most this many blocks: enough to fill every
+// current GPU with resident blocks, and a bound on the per-block partial
+// results of the Clippy min-reduction.
 constexpr int kMaxBlocks = 4096;
 
 template <typename T>
@@ -51,24 +51,6 @@ int DispatchIndex(IndexType type, F&& f) {
       return f(TypeTag<int64_t>());
   }
   return static_cast<int>(cudaErrorInvalidValue);
-}
-
-template <typename C>
-AdamStep<C> CastStep(const AdamStep<double>& s) {
-  return AdamStep<C>{
-      static_cast<C>(s.lr_t),  static_cast<C>(s.beta1),           static_cast<C>(s.one_minus_beta1),
-      static_cast<C>(s.beta2), static_cast<C>(s.one_minus_beta2), static_cast<C>(s.epsilon)};
-}
-
-template <typename C>
-ClippyStep<C> CastStep(const ClippyStep<double>& s) {
-  return ClippyStep<C>{static_cast<C>(s.lr),
-                       static_cast<C>(s.epsilon),
-                       static_cast<C>(s.variable_relative_threshold),
-                       static_cast<C>(s.accumulator_relative_threshold),
-                       static_cast<C>(s.absolute_threshold),
-                       s.clip_accumulator_update,
-                       s.use_standard_accumulator_update};
 }
 
 // Threads per row for rows of `row_size` elements: consecutive threads take

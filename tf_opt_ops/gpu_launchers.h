@@ -1,8 +1,9 @@
 // The CUDA kernels of the fused optimizers behind a plain C++ interface:
 // device pointers, sizes, a stream, scratch memory. No TensorFlow, Eigen or
 // CUDA headers, so
-//   - the .cu.cc files that implement it compile with nvcc in seconds (with
-//     TensorFlow's headers one .cu.cc takes ~45 s per GPU architecture);
+//   - the .cu.cc files that implement it compile with nvcc quickly (TensorFlow's
+//     headers would make each .cu.cc slow to compile for every GPU
+//     architecture);
 //   - the OpKernels (.cc, compiled by the host compiler) call it with
 //     ctx->eigen_gpu_device().stream() and ctx->allocate_temp scratch;
 //   - gpu_check/ drives the very same entry points from NumPy through ctypes
@@ -62,7 +63,8 @@ int SparseScratchBytes(DType dtype, const SparseRows& rows, void* stream, size_t
 // Scratch memory the dense Clippy launcher needs.
 size_t DenseScratchBytes(DType dtype);
 
-// Sparse lazy Adam (SPEC §2): checks every index, and returns with
+// Sparse lazy Adam (the ResourceSparseApplyLazyAdam op's update rule; see
+// docs/design.md, "GPU boundary"): checks every index, and returns with
 // `index_error` set and nothing written when one is out of range (the check
 // result is copied to the host and the stream synchronized, so the caller can
 // fail the op before any write); then sorts (index, position) pairs with CUB

@@ -3,8 +3,8 @@
 // A sparse update touches rows scattered over tables far larger than the TLB
 // covers with 4 KiB pages, so each touched row costs a page walk per table.
 // TensorFlow's CPU allocator does not ask for huge pages (NumPy does, for its
-// large arrays). Measured here at 1M x 64 float32, 16k rows: the lazy Adam
-// step takes ~1.7x less time on 2 MiB pages.
+// large arrays); with 2 MiB pages far fewer touched rows miss the TLB.
+// Why: see docs/design.md, "Production".
 #ifndef TF_OPT_OPS_HUGE_PAGES_H_
 #define TF_OPT_OPS_HUGE_PAGES_H_
 

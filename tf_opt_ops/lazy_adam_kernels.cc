@@ -7,7 +7,10 @@
 
 #include "tf_opt_ops/lazy_adam_kernels.h"
 
-#include "tf_opt_ops/kernel_helpers.h"
+#include "tf_opt_ops/cpu_row_loops.h"
+#include "tf_opt_ops/gpu_glue.h"
+#include "tf_opt_ops/huge_pages.h"
+#include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
 namespace functor {
@@ -27,20 +30,17 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
     T* v_data = v->flat<T>().data();
     for (const Tensor* t : {var, m, v}) AdviseHugePages(t->tensor_data().data(), t->TotalBytes());
     const int64_t* rows = groups.rows();
-    // Per row: read var, m, v, g; write var, m, v; ~20 cycles per element.
+    // 64-bit offsets: tables past 2^31 elements.
+    const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+    const auto length = [dim](int64_t) { return dim; };
+    // Per row: read var, m, v, g; write var, m, v.
     const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
     grad_rows.Visit([&](const auto* g) {
       ForEachItem(ctx, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
-        for (int64_t u = begin; u < end; ++u) {
-          if (u + kPrefetchRows < end) {
-            const int64_t ahead = rows[u + kPrefetchRows] * dim;
-            PrefetchForWrite(var_data + ahead, dim * sizeof(T));
-            PrefetchForWrite(m_data + ahead, dim * sizeof(T));
-            PrefetchForWrite(v_data + ahead, dim * sizeof(T));
-          }
-          const int64_t offset = rows[u] * dim;  // 64-bit: tables past 2^31 elements
-          LazyAdamRow(var_data + offset, m_data + offset, v_data + offset, g + u * dim, dim, step);
-        }
+        ForEachSpan(begin, end, {var_data, m_data, v_data}, offset, length,
+                    [&](int64_t u, int64_t o) {
+                      LazyAdamRow(var_data + o, m_data + o, v_data + o, g + u * dim, dim, step);
+                    });
       });
     });
     return absl::OkStatus();
@@ -65,7 +65,7 @@ struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
     gpu::IndexError bad;
     TF_RETURN_IF_ERROR(
         GpuStatus(gpu::SparseApplyLazyAdam(GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
-                                           v->data(), Widen(step), scratch.data(), bytes,
+                                           v->data(), CastStep<double>(step), scratch.data(), bytes,
                                            GpuStream(ctx), &bad),
                   "SparseApplyLazyAdam"));
     if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
@@ -114,7 +114,6 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
                               .Device(tensorflow::DEVICE_CPU)          \
                               .TypeConstraint<T>("T")                  \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")  \
                               .TypeConstraint<Tindex>("Tindices"),     \
                           SparseApplyLazyAdamOp<CPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_CPU_T(T) \
@@ -139,7 +138,6 @@ TF_CALL_double(TF_OPT_OPS_REGISTER_CPU_T);
                               .HostMemory("beta2")                     \
                               .HostMemory("epsilon")                   \
                               .TypeConstraint<T>("T")                  \
-                              .TypeConstraint<ComputeT<T>>("Tscalar")  \
                               .TypeConstraint<Tindex>("Tindices"),     \
                           SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_GPU_T(T) \

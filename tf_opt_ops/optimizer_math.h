@@ -1,4 +1,6 @@
 // Per-element math of the fused optimizers, shared by the CPU and CUDA kernels.
+// The update rules themselves are stated once, in the op registrations'
+// documentation (lazy_adam_ops.cc, clippy_adagrad_ops.cc); this is their code.
 //
 // No TensorFlow or Eigen includes: nvcc compiles this header in the TF-free
 // .cu.cc files, and the CPU kernels inline it into plain loops the compiler
@@ -87,7 +89,7 @@ TF_OPT_OPS_HOST_DEVICE C Abs(C x) {
 
 // ---------------------------------------------------------------- lazy Adam
 // Hyperparameters of one step, with the bias correction folded into lr_t the
-// way TensorFlow's ApplyAdam does: lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t).
+// way TensorFlow's ApplyAdam does (see the ResourceSparseApplyLazyAdam doc).
 template <typename C>
 struct AdamStep {
   C lr_t;
@@ -97,6 +99,18 @@ struct AdamStep {
   C one_minus_beta2;
   C epsilon;
 };
+
+// The one conversion of AdamStep between compute types: the OpKernels widen
+// to double for the launchers, which narrow back (exactly) in the kernels.
+template <typename To, typename From>
+TF_OPT_OPS_HOST_DEVICE AdamStep<To> CastStep(const AdamStep<From>& s) {
+  return AdamStep<To>{static_cast<To>(s.lr_t),
+                      static_cast<To>(s.beta1),
+                      static_cast<To>(s.one_minus_beta1),
+                      static_cast<To>(s.beta2),
+                      static_cast<To>(s.one_minus_beta2),
+                      static_cast<To>(s.epsilon)};
+}
 
 template <typename C>
 TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilon, C beta1_power,
@@ -132,8 +146,9 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OP
 }
 
 // ---------------------------------------------------------- Clippy Adagrad
-// Two passes over the touched elements: the first finds the per-variable
-// clipping scale (a min-reduction), the second applies the scaled update.
+// Two passes over the touched elements (see the ResourceApplyClippyAdagrad
+// doc): the first finds the per-variable clipping scale (a min-reduction),
+// the second applies the scaled update.
 template <typename C>
 struct ClippyStep {
   C lr;
@@ -144,6 +159,18 @@ struct ClippyStep {
   bool clip_accumulator_update;
   bool use_standard_accumulator_update;
 };
+
+// The one conversion of ClippyStep between compute types (as CastStep above).
+template <typename To, typename From>
+TF_OPT_OPS_HOST_DEVICE ClippyStep<To> CastStep(const ClippyStep<From>& s) {
+  return ClippyStep<To>{static_cast<To>(s.lr),
+                        static_cast<To>(s.epsilon),
+                        static_cast<To>(s.variable_relative_threshold),
+                        static_cast<To>(s.accumulator_relative_threshold),
+                        static_cast<To>(s.absolute_threshold),
+                        s.clip_accumulator_update,
+                        s.use_standard_accumulator_update};
+}
 
 // min() that keeps NaN: once a NaN ratio is seen the scale is NaN, as
 // tf.reduce_min/tf.minimum give in TensorFlow Recommenders' ClippyAdagrad.

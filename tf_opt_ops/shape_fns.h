@@ -23,23 +23,25 @@ inline ShapeHandle VariableShape(InferenceContext* c, int input) {
   return c->UnknownShape();
 }
 
-// Merges the shapes of the variable and its slots, and checks each scalar
-// hyperparameter input has rank 0. Returns the variable shape in `var`.
+// Merges the shapes of the variable and its slots (any rank: the dense op
+// trains 0-D variables too), and checks each scalar hyperparameter input has
+// rank 0. Returns the variable shape in `var`.
 inline absl::Status MergeVariablesAndScalars(InferenceContext* c, std::initializer_list<int> vars,
                                              std::initializer_list<int> scalars, ShapeHandle* var) {
   *var = c->UnknownShape();
   for (int i : vars) {
     TF_RETURN_IF_ERROR(c->Merge(*var, VariableShape(c, i), var));
   }
-  TF_RETURN_IF_ERROR(c->WithRankAtLeast(*var, 1, var));
   ShapeHandle unused;
   for (int i : scalars) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
   return absl::OkStatus();
 }
 
-// grad is [N, var.shape[1:]...] and indices is [N].
+// var is at least 1-D (indices name its rows), grad is [N, var.shape[1:]...]
+// and indices is [N].
 inline absl::Status CheckSparseGrad(InferenceContext* c, ShapeHandle var, int grad_input,
                                     int indices_input) {
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(var, 1, &var));
   ShapeHandle indices;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(indices_input), 1, &indices));
   ShapeHandle grad;

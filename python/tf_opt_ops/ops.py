@@ -53,7 +53,8 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
 
   The formula is the doc of op `TfOptOps>ResourceApplyClippyAdagrad`
   (`tf_opt_ops/clippy_adagrad_ops.cc`). Returns the clipping scale in [0, 1]
-  (float64 for float64 variables, float32 otherwise), one per variable.
+  (float64 for float64 variables, float32 otherwise), one per variable. `var`
+  may be 0-D.
   """
   grad = tf.convert_to_tensor(grad)
   return load_library().tf_opt_ops_resource_apply_clippy_adagrad(

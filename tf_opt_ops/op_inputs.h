@@ -1,0 +1,188 @@
+// Locking and validating the inputs of the fused ops, shared by every OpKernel
+// on CPU and GPU alike (as TensorFlow's training_op_helpers.h is for its
+// training ops): finding and locking the resource variables, checking dtypes
+// and shapes, reading scalar hyperparameters. Every check runs before any
+// write, and a bad input fails the op with InvalidArgument naming it.
+// Why: see docs/design.md, "Invariants".
+#ifndef TF_OPT_OPS_OP_INPUTS_H_
+#define TF_OPT_OPS_OP_INPUTS_H_
+
+#ifndef EIGEN_USE_THREADS
+#error "define EIGEN_USE_THREADS before including any header (TensorFlow kernel idiom)"
+#endif
+
+#include <optional>
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
+#include "tensorflow/core/kernels/dense_update_functor.h"
+
+#if GOOGLE_CUDA
+#ifndef EIGEN_USE_GPU
+#error "define EIGEN_USE_GPU (under GOOGLE_CUDA) before including any header"
+#endif
+namespace tensorflow {
+namespace functor {
+// The copy training_op_helpers.h makes when a sparse update finds a shared
+// buffer (copy-on-read) or a dense one finds it aliased. TensorFlow defines
+// the GPU instance in libtensorflow_cc.so.2, which only the GPU wheel exports
+// (and not to custom ops by contract); defining it here, ahead of its use,
+// keeps the .so dependent on libtensorflow_framework.so.2 alone. A
+// device-to-device copy on the op's stream, like TensorFlow's own.
+// Why: see docs/design.md, "GPU boundary".
+template <typename T>
+struct DenseUpdate<Eigen::GpuDevice, T, ASSIGN> {
+  void operator()(const Eigen::GpuDevice& d, typename TTypes<T>::Flat params,
+                  typename TTypes<T>::ConstFlat update) {
+    d.memcpy(params.data(), update.data(), params.size() * sizeof(T));
+  }
+};
+}  // namespace functor
+}  // namespace tensorflow
+#endif  // GOOGLE_CUDA
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+
+namespace tf_opt_ops {
+
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::TensorShapeUtils;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+template <typename... Args>
+absl::Status InvalidArgument(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+// Holds the locks of the op's resource variables and their live tensors.
+// Fails (InvalidArgument) when a variable does not exist, is uninitialized,
+// is not of dtype T, or differs in shape from the first one.
+template <typename Device, typename T>
+class LockedVariables {
+ public:
+  // `inputs` are the input positions of the resource variables; `names` name
+  // them in errors. `sparse` as in MaybeLockVariableInputMutexesInOrder.
+  absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
+                       const std::vector<int>& inputs, const std::vector<const char*>& names) {
+    const tensorflow::DataType dtype = tensorflow::DataTypeToEnum<T>::v();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      tensorflow::core::RefCountPtr<tensorflow::Var> var;
+      if (!tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, inputs[k]), &var)
+               .ok()) {
+        return InvalidArgument(names[k], " is an uninitialized or deleted variable (input ",
+                               inputs[k], " of ", ctx->op_kernel().name(),
+                               "): initialize it before applying the optimizer.");
+      }
+      // Checked before locking: locking a sparse update's variables, and the
+      // copy-on-write of a dense one, already copy the buffer as T. A Var's
+      // dtype is fixed when it is created, so no lock is needed to read it.
+      const tensorflow::DataType var_dtype = var->tensor()->dtype();
+      if (var_dtype != dtype) {
+        return InvalidArgument(names[k], " has dtype ", tensorflow::DataTypeString(var_dtype),
+                               " but grad has dtype ", tensorflow::DataTypeString(dtype),
+                               ": the variable, its slots and the gradient must share one dtype "
+                               "(cast the gradient, or create the slots with the variable's "
+                               "dtype).");
+      }
+    }
+    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(ctx, use_locking,
+                                                                              sparse, inputs));
+    tensors_.resize(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<Device, T>(
+          ctx, inputs[k], use_locking, sparse, &tensors_[k]));
+      if (!tensors_[k].IsInitialized()) {
+        return InvalidArgument(names[k], " is uninitialized (input ", inputs[k], " of ",
+                               ctx->op_kernel().name(),
+                               "): initialize it before applying the optimizer.");
+      }
+    }
+    for (size_t k = 1; k < inputs.size(); ++k) {
+      if (!tensors_[0].shape().IsSameSize(tensors_[k].shape())) {
+        return InvalidArgument(names[k], " must have the shape of ", names[0], ": ", names[k], " ",
+                               tensors_[k].shape().DebugString(), " vs ", names[0], " ",
+                               tensors_[0].shape().DebugString());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Tensor* tensor(int k) { return &tensors_[k]; }
+
+ private:
+  std::optional<tensorflow::VariableInputLockHolder> lock_;
+  std::vector<Tensor> tensors_;
+};
+
+// Reads the scalar hyperparameter at `input` of the compute type C, failing
+// when it is not a scalar or not of dtype C (the kernels accept any Tscalar,
+// so that a mismatch is this error rather than a missing kernel).
+template <typename C>
+absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* out) {
+  const Tensor& t = ctx->input(input);
+  const tensorflow::DataType want = tensorflow::DataTypeToEnum<C>::v();
+  if (t.dtype() != want) {
+    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(t.dtype()),
+                           " but must be ", tensorflow::DataTypeString(want),
+                           ": hyperparameters are float64 for float64 variables and float32 "
+                           "for every other dtype.");
+  }
+  if (!TensorShapeUtils::IsScalar(t.shape())) {
+    return InvalidArgument(name, " must be a scalar, got shape ", t.shape().DebugString());
+  }
+  *out = t.scalar<C>()();
+  return absl::OkStatus();
+}
+
+// var must be at least 1-D (its rows are what indices name); grad must be
+// [len(indices), var.shape[1:]...]; indices a vector.
+inline absl::Status ValidateSparseGrad(const Tensor& var, const Tensor& grad,
+                                       const Tensor& indices) {
+  if (!TensorShapeUtils::IsVectorOrHigher(var.shape())) {
+    return InvalidArgument("var must be at least 1-D for a sparse update, got ",
+                           var.shape().DebugString(),
+                           ": indices name rows, so use the dense op for a scalar variable.");
+  }
+  if (!TensorShapeUtils::IsVector(indices.shape())) {
+    return InvalidArgument("indices must be a vector, got shape ", indices.shape().DebugString());
+  }
+  if (grad.dims() < 1 || grad.dim_size(0) != indices.dim_size(0)) {
+    return InvalidArgument("grad must have one row per index: grad ", grad.shape().DebugString(),
+                           " vs indices ", indices.shape().DebugString());
+  }
+  bool rows_match = grad.dims() == var.dims();
+  for (int d = 1; rows_match && d < var.dims(); ++d) {
+    rows_match = grad.dim_size(d) == var.dim_size(d);
+  }
+  if (!rows_match) {
+    return InvalidArgument("grad rows must have the shape of var rows: grad ",
+                           grad.shape().DebugString(), " vs var ", var.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status ValidateDenseGrad(const Tensor& var, const Tensor& grad) {
+  if (!var.shape().IsSameSize(grad.shape())) {
+    return InvalidArgument("grad must have the shape of var: grad ", grad.shape().DebugString(),
+                           " vs var ", var.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// The error of an index outside [0, num_rows), on CPU and GPU alike.
+inline absl::Status IndexOutOfRange(int64_t position, int64_t index, int64_t num_rows) {
+  return InvalidArgument("indices[", position, "] = ", index, " is not in [0, ", num_rows,
+                         "): every index must name a row of var");
+}
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_OP_INPUTS_H_
