@@ -1,0 +1,67 @@
+"""tf_opt_ops_sysconfig: the library's path and build flags, without loading TensorFlow."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from tf_opt_ops import _loader
+
+PACKAGE_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+
+
+def run_python(code, *args):
+  env = dict(os.environ, PYTHONPATH=PACKAGE_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.run([sys.executable, *args] + ([] if code is None else ["-c", code]), env=env,
+                        capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def test_sysconfig_loads_no_tensorflow_keras_or_package():
+  out = run_python(
+      textwrap.dedent("""
+      import json, sys
+      import tf_opt_ops_sysconfig as sysconfig
+      info = dict(path=sysconfig.get_library_path(), lib=sysconfig.get_lib(),
+                  include=sysconfig.get_include(), cflags=sysconfig.get_compile_flags(),
+                  lflags=sysconfig.get_link_flags(), build=sysconfig.get_build_info())
+      loaded = [m for m in sys.modules
+                if m.split(".")[0] in ("tensorflow", "keras", "tf_keras", "tf_opt_ops")]
+      print(json.dumps(dict(info, loaded=loaded)))
+      """))
+  info = json.loads(out)
+  assert info["loaded"] == []
+  assert info["path"] == _loader.LIBRARY_PATH
+  assert info["lib"] == os.path.dirname(_loader.LIBRARY_PATH)
+  assert os.path.isfile(os.path.join(info["include"], "tensorflow", "c", "c_api.h"))
+  assert info["build"]["BUILD_ID"] == _loader.built_id()
+  assert info["build"]["TF_VERSION"] == _loader.built_against_tf_version()
+
+
+def test_command_line_prints_the_path_and_flags():
+  assert run_python(None, "-m", "tf_opt_ops_sysconfig").strip() == _loader.LIBRARY_PATH
+  assert run_python(None, "-m", "tf_opt_ops_sysconfig", "--build-id").strip() == _loader.built_id()
+  lflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags").split()
+  assert f"-L{os.path.dirname(_loader.LIBRARY_PATH)}" in lflags
+
+
+def test_flags_build_a_program_that_links_the_library(tmp_path):
+  # A C++ program compiled with the compile flags (TensorFlow's C API header)
+  # and linked with the link flags: it runs and sees the library's build id.
+  source = tmp_path / "uses_library.cc"
+  source.write_text(
+      textwrap.dedent("""
+      #include <cstdio>
+      #include "tensorflow/c/c_api.h"
+      extern "C" const char tf_opt_ops_build_id[];
+      int main() {
+        TF_DataType dtype = TF_FLOAT;
+        std::printf("%s %d\\n", tf_opt_ops_build_id, static_cast<int>(dtype));
+      }
+      """))
+  cflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--cflags").split()
+  lflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags").split()
+  program = tmp_path / "uses_library"
+  subprocess.run(["g++", *cflags, str(source), "-o", str(program), *lflags], check=True)
+  out = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout
+  assert out.split() == [_loader.built_id(), "1"]
