@@ -26,6 +26,10 @@ def _tf_configure_impl(rctx):
     version = _require(rctx, "TF_VERSION")
     rctx.symlink(header_dir, "include")
     rctx.symlink(lib_dir + "/" + lib_name, "lib/" + lib_name)
+
+    # TensorFlow's C and C++ API (TF_LoadSessionFromSavedModel), beside the
+    # framework library in the pip package: serving/ links it.
+    rctx.symlink(lib_dir + "/libtensorflow_cc.so.2", "lib/libtensorflow_cc.so.2")
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -48,6 +52,11 @@ cc_library(
 cc_library(
     name = "libtensorflow_framework",
     srcs = ["lib/{lib_name}"],
+)
+
+cc_library(
+    name = "libtensorflow_cc",
+    srcs = ["lib/libtensorflow_cc.so.2"],
 )
 
 exports_files(["_build_info.py"])
