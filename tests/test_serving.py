@@ -7,6 +7,7 @@ exports are the README's recipe (tf_opt_ops.export.save), for every flavor.
 """
 
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -14,16 +15,11 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-import tf_opt_ops
-from tf_opt_ops import _loader, export
+from tf_opt_ops import _loader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISSING_OP = "Op type not registered 'TfOptOps>ResourceSparseApplyLazyAdam'"
-FLAVORS = {
-    "keras": lambda: tf_opt_ops.keras.LazyAdam(learning_rate=1e-2),
-    "tf_keras": lambda: tf_opt_ops.tf_keras.LazyAdam(learning_rate=1e-2),
-    "legacy": lambda: tf_opt_ops.legacy.LazyAdam(learning_rate=1e-2),
-}
+FLAVORS = ("keras", "legacy", "tf_keras")
 BATCHES = [([1, 2, 2], [1.0, 0.0, 0.0]), ([3, 1], [0.5, -1.0]), ([2, 7, 7, 7], [1.0, 1.0, 0.0,
                                                                                 2.0])]
 SERVE_IDS = [1, 2, 3, 7, 9]
@@ -42,24 +38,12 @@ def runners():
   }
 
 
-class Ranker(tf.Module):
-  """The README's example, with the optimizer of one flavor."""
-
-  def __init__(self, optimizer):
-    self.table = tf.Variable(tf.random.stateless_normal([10, 4], seed=[0, 1]))
-    self.optimizer = optimizer
-
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None])])
-  def train(self, ids, labels):
-    with tf.GradientTape() as tape:
-      scores = tf.reduce_sum(tf.gather(self.table, ids), axis=1)
-      loss = tf.reduce_mean(tf.square(scores - labels))
-    self.optimizer.apply_gradients([(tape.gradient(loss, self.table), self.table)])
-    return loss
-
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)])
-  def serve(self, ids):
-    return tf.reduce_sum(tf.gather(self.table, ids), axis=1)
+def readme_ranker_block():
+  """The README's SavedModel example (the block that defines Ranker)."""
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    blocks = re.findall(r"^```python\n(.*?)^```$", f.read(), flags=re.S | re.M)
+  (block,) = [block for block in blocks if "class Ranker(tf.Module)" in block]
+  return block
 
 
 def signature_tensors(export_dir, key):
@@ -90,18 +74,24 @@ def run_runner(runner, export_dir, runs, library=None):
   return [np.array([float(v) for v in line[1:]], np.float32) for line in lines]
 
 
-@pytest.fixture(scope="module", params=sorted(FLAVORS))
-def exported(request, tmp_path_factory):
-  """One training step in Python, both exports, then Python's numbers for two more."""
-  folder = tmp_path_factory.mktemp(request.param)
-  ranker = Ranker(FLAVORS[request.param]())
-  ranker.train(*BATCHES[0])
-  export.save(ranker, str(folder / "train"), {"train": ranker.train, "serve": ranker.serve})
-  export.save(ranker, str(folder / "serve"), {"serve": ranker.serve})
+@pytest.fixture(scope="module", params=FLAVORS)
+def exported(request):
+  """The README's example with the optimizer of one flavor: its exports, and Python's
+  numbers for two more steps of the live model and of the reloaded training export."""
+  code = readme_ranker_block()
+  assert "tf_opt_ops.keras.LazyAdam(" in code
+  namespace = {}
+  exec(code.replace("tf_opt_ops.keras.LazyAdam(", f"tf_opt_ops.{request.param}.LazyAdam("),
+       namespace)  # pylint: disable=exec-used
+  ranker, folder = namespace["ranker"], namespace["folder"]
   served = ranker.serve(SERVE_IDS).numpy()
+  reloaded = tf.saved_model.load(os.path.join(folder, "train"))
+  reloaded_losses = [reloaded.train(*batch).numpy() for batch in BATCHES[1:]]
   losses = [ranker.train(*batch).numpy() for batch in BATCHES[1:]]
-  return dict(train=str(folder / "train"), serve=str(folder / "serve"), served=served,
-              losses=losses, trained=ranker.serve(SERVE_IDS).numpy())
+  np.testing.assert_array_equal(reloaded_losses, losses)
+  np.testing.assert_array_equal(reloaded.serve(SERVE_IDS), ranker.serve(SERVE_IDS))
+  return dict(train=os.path.join(folder, "train"), serve=os.path.join(folder, "serve"),
+              served=served, losses=losses, trained=ranker.serve(SERVE_IDS).numpy())
 
 
 def training_runs():
@@ -136,8 +126,9 @@ def test_training_export_trains_with_the_ops_linked_in(runners, exported):
 def test_plain_keras_module_export_is_what_breaks_the_c_loader(runners, tmp_path):
   # Why export.save exists: tf.saved_model.save of the module itself writes each
   # Keras 3 variable twice, and the C loader restores the copy no function reads.
-  ranker = Ranker(FLAVORS["keras"]())
-  ranker.train(*BATCHES[0])
+  namespace = {}
+  exec(readme_ranker_block(), namespace)  # pylint: disable=exec-used
+  ranker = namespace["ranker"]
   tf.saved_model.save(ranker, str(tmp_path / "train"), signatures={"train": ranker.train})
   error = run_runner(runners["plain"], str(tmp_path / "train"),
                      training_runs()[:1], library=_loader.LIBRARY_PATH)
