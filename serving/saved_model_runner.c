@@ -3,10 +3,11 @@
  * variables) and runs tensors through the session.
  *
  *   saved_model_runner [--library PATH] EXPORT_DIR TAG [RUN]...
- *   RUN:  --run [--feed NAME DTYPE VALUES]... [--fetch NAME]... [--target OP]...
+ *   RUN:  --run [--feed NAME DTYPE SHAPE VALUES]... [--fetch NAME]... [--target OP]...
  *
  * NAME is a graph tensor ("serve_ids:0"), DTYPE one of float32, int32, int64,
- * VALUES a comma-separated vector (a 1-D tensor). Each fetched tensor prints
+ * SHAPE the comma-separated dimensions ("4", "2,2"), VALUES the comma-separated
+ * elements in row-major order. Each fetched tensor prints
  * one line: its name, then its values with 9 significant digits. Runs share
  * one session, so a train signature run twice trains two steps.
  * --library calls TF_LoadLibrary first (a TF Serving build links the ops in
@@ -31,7 +32,7 @@ static void die_if_failed(TF_Status* status, const char* what) {
 static void usage(void) {
   fprintf(stderr,
           "usage: saved_model_runner [--library PATH] EXPORT_DIR TAG "
-          "[--run [--feed NAME DTYPE VALUES]... [--fetch NAME]... [--target OP]...]...\n");
+          "[--run [--feed NAME DTYPE SHAPE VALUES]... [--fetch NAME]... [--target OP]...]...\n");
   exit(2);
 }
 
@@ -51,7 +52,9 @@ static TF_Output find_tensor(TF_Graph* graph, const char* spec) {
   return output;
 }
 
-static TF_Tensor* parse_tensor(const char* dtype_name, const char* values) {
+enum { kMaxDims = 8 };
+
+static TF_Tensor* parse_tensor(const char* dtype_name, const char* shape, const char* values) {
   TF_DataType dtype;
   size_t element_size;
   if (strcmp(dtype_name, "float32") == 0) {
@@ -64,9 +67,23 @@ static TF_Tensor* parse_tensor(const char* dtype_name, const char* values) {
     fprintf(stderr, "saved_model_runner: unknown dtype '%s'\n", dtype_name);
     exit(2);
   }
-  int64_t count = *values ? 1 : 0;
-  for (const char* c = values; *c; ++c) count += *c == ',';
-  TF_Tensor* tensor = TF_AllocateTensor(dtype, &count, 1, (size_t)count * element_size);
+  int64_t dims[kMaxDims];
+  int n_dims = 0;
+  int64_t count = 1;
+  for (const char* cursor = shape; *cursor && n_dims < kMaxDims; ++n_dims) {
+    char* end;
+    dims[n_dims] = strtoll(cursor, &end, 10);
+    count *= dims[n_dims];
+    cursor = *end == ',' ? end + 1 : end;
+  }
+  int64_t n_values = *values ? 1 : 0;
+  for (const char* c = values; *c; ++c) n_values += *c == ',';
+  if (n_values != count) {
+    fprintf(stderr, "saved_model_runner: shape [%s] holds %lld values, got %lld\n", shape,
+            (long long)count, (long long)n_values);
+    exit(2);
+  }
+  TF_Tensor* tensor = TF_AllocateTensor(dtype, dims, n_dims, (size_t)count * element_size);
   char* data = (char*)TF_TensorData(tensor);
   const char* cursor = values;
   for (int64_t i = 0; i < count; ++i) {
@@ -139,10 +156,10 @@ int main(int argc, char** argv) {
     int n_inputs = 0, n_outputs = 0, n_targets = 0;
     while (arg < argc && strcmp(argv[arg], "--run") != 0) {
       const char* flag = argv[arg++];
-      if (strcmp(flag, "--feed") == 0 && arg + 3 <= argc && n_inputs < kMaxTensors) {
+      if (strcmp(flag, "--feed") == 0 && arg + 4 <= argc && n_inputs < kMaxTensors) {
         inputs[n_inputs] = find_tensor(graph, argv[arg]);
-        input_values[n_inputs++] = parse_tensor(argv[arg + 1], argv[arg + 2]);
-        arg += 3;
+        input_values[n_inputs++] = parse_tensor(argv[arg + 1], argv[arg + 2], argv[arg + 3]);
+        arg += 4;
       } else if (strcmp(flag, "--fetch") == 0 && arg < argc && n_outputs < kMaxTensors) {
         output_names[n_outputs] = argv[arg];
         outputs[n_outputs++] = find_tensor(graph, argv[arg++]);

@@ -8,16 +8,15 @@ exports are the README's recipe (tf_opt_ops.export.save), for every flavor.
 
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
+import serving_runner
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2
 
 from tf_opt_ops import _loader
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = serving_runner.ROOT
 MISSING_OP = "Op type not registered 'TfOptOps>ResourceSparseApplyLazyAdam'"
 FLAVORS = ("keras", "legacy", "tf_keras")
 BATCHES = [([1, 2, 2], [1.0, 0.0, 0.0]), ([3, 1], [0.5, -1.0]), ([2, 7, 7, 7], [1.0, 1.0, 0.0,
@@ -27,15 +26,7 @@ SERVE_IDS = [1, 2, 3, 7, 9]
 
 @pytest.fixture(scope="module")
 def runners():
-  """The two builds of the C program: {"plain": path, "with_ops": path}."""
-  subprocess.run(
-      ["bazel", "build", "//serving:saved_model_runner", "//serving:saved_model_runner_with_ops"],
-      cwd=ROOT, check=True, capture_output=True, timeout=900)
-  return {
-      kind: os.path.join(ROOT, "bazel-bin", "serving", name)
-      for kind, name in [("plain", "saved_model_runner"), ("with_ops",
-                                                           "saved_model_runner_with_ops")]
-  }
+  return serving_runner.build_runners()
 
 
 def readme_ranker_block():
@@ -46,32 +37,15 @@ def readme_ranker_block():
   return block
 
 
-def signature_tensors(export_dir, key):
-  """The graph tensors of signature `key`: (inputs by name, the single output)."""
-  saved_model = saved_model_pb2.SavedModel()
-  with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
-    saved_model.ParseFromString(f.read())
-  signature = saved_model.meta_graphs[0].signature_def[key]
-  (output,) = signature.outputs.values()
-  return {name: info.name for name, info in signature.inputs.items()}, output.name
-
-
 def run_runner(runner, export_dir, runs, library=None):
-  """Runs each (signature, feeds) of `runs` in one session; returns each run's output."""
-  args = [runner] + (["--library", library] if library else []) + [export_dir, "serve"]
-  for key, feeds in runs:
-    inputs, output = signature_tensors(export_dir, key)
-    args.append("--run")
-    for name, values in feeds.items():
-      dtype = "int32" if name == "ids" else "float32"
-      args += ["--feed", inputs[name], dtype, ",".join(str(v) for v in values)]
-    args += ["--fetch", output]
-  result = subprocess.run(args, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  if result.returncode != 0:
-    return result.stderr
-  lines = [line.split() for line in result.stdout.splitlines() if not line.startswith("loaded")]
-  return [np.array([float(v) for v in line[1:]], np.float32) for line in lines]
+  """serving_runner.run with the Ranker's inputs: int32 `ids`, float32 `labels`."""
+  typed = [
+      (key,
+       {name: ("int32" if name == "ids" else "float32", values)
+        for name, values in feeds.items()})
+      for key, feeds in runs
+  ]
+  return serving_runner.run(runner, export_dir, typed, library)
 
 
 @pytest.fixture(scope="module", params=FLAVORS)

@@ -1,10 +1,13 @@
 """tf_opt_ops_sysconfig: the library's path and build flags, without loading TensorFlow."""
 
 import json
+import re
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from tf_opt_ops import _loader
 
@@ -65,3 +68,15 @@ def test_flags_build_a_program_that_links_the_library(tmp_path):
   subprocess.run(["g++", *cflags, str(source), "-o", str(program), *lflags], check=True)
   out = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout
   assert out.split() == [_loader.built_id(), "1"]
+
+
+def test_readme_load_op_library_block_runs_in_a_fresh_process():
+  with open(os.path.join(os.path.dirname(PACKAGE_ROOT), "README.md"), encoding="utf-8") as f:
+    blocks = re.findall(r"^```python\n(.*?)^```$", f.read(), flags=re.S | re.M)
+  (block,) = [block for block in blocks if "tf.load_op_library(path)" in block]
+  out = run_python(block + "\nimport sys\nprint([m for m in sys.modules if m.split('.')[0] == "
+                   "'tf_opt_ops'])\n")
+  values, loaded = out.strip().splitlines()[-2:]
+  assert f"print(var.numpy()[1])  # {values}:" in block  # what the README says it prints
+  assert [float(x) for x in values.strip("[]").split()] == pytest.approx([-0.1, -0.1], rel=1e-5)
+  assert loaded == "[]"  # the library alone, not the package

@@ -29,16 +29,22 @@ def _inner_variable(trackable):
   return None
 
 
-def _trackables(root):
-  """Everything `root` tracks, and the variables each lists: optimizer slots are no
+def _trackables(roots):
+  """Everything `roots` track, and the variables each lists: optimizer slots are no
   children in the object graph (tf_keras OptimizerV2 lists them in `variables()`)."""
-  for trackable in [root] + tf.train.TrackableView(root).descendants():
-    yield trackable
-    listed = getattr(trackable, "variables", None)
+  for root in roots:
     try:
-      yield from (listed() if callable(listed) else listed) or ()
-    except TypeError:  # a `variables` that is no list of variables
-      pass
+      descendants = tf.train.TrackableView(root).descendants()
+    except TypeError:  # Keras 3 Sequential's layer dict sorts keys that do not compare
+      descendants = []
+    for trackable in [root] + descendants:
+      yield trackable
+      try:
+        listed = getattr(trackable, "variables", None)
+        listed = list((listed() if callable(listed) else listed) or ())
+      except TypeError:  # a `variables` that is no list of variables, or fails to list
+        listed = []
+      yield from listed
 
 
 def _concrete(function):
@@ -52,7 +58,7 @@ def exportable(root, functions):
   concrete function) as attributes, tracking the tf.Variables they capture.
 
   The variables are looked up among everything `root` (a tf.Module, Keras model,
-  optimizer...) tracks, Keras 3 variables by their inner tf.Variable.
+  optimizer... or a list of them) tracks, Keras 3 variables by their inner tf.Variable.
   """
   captured = {
       id(handle)
@@ -60,10 +66,16 @@ def exportable(root, functions):
       for handle in _concrete(function).captured_inputs
   }
   variables = {}
-  for trackable in _trackables(root):
+  roots = list(root) if isinstance(root, (list, tuple)) else [root]
+  for trackable in _trackables(roots):
     variable = _inner_variable(trackable)
     if variable is not None and id(variable.handle) in captured:
       variables.setdefault(id(variable), variable)
+  missing = len(captured) - len(variables)
+  if missing > 0:
+    raise ValueError(
+        f"tf_opt_ops.export: {missing} variable(s) that the functions read are not tracked by "
+        f"{root!r}. Pass every object whose variables they use, e.g. [model, optimizer].")
   module = tf.Module()
   module.captured_variables = list(variables.values())
   for name, function in functions.items():
