@@ -185,9 +185,15 @@ def test_a_vendored_copy_loaded_after_the_package_adds_no_kernels(tmp_path):
       tmp_path, f"""
       import tensorflow as tf
       import tf_opt_ops
-      tf.load_op_library({vendored!r})
+      vendored = tf.load_op_library({vendored!r})
+      print("WRAPPERS", [name for name in dir(vendored) if name.startswith("tf_opt_ops")])
       """, ONE_STEP)
   assert one_step_values(result) == pytest.approx([-0.1, -0.1, 0.0], rel=1e-5)
+  # The copy's load registers nothing, so its module has no wrappers: it says where they are.
+  assert "WRAPPERS []" in result.stdout
+  assert (f"tf_opt_ops: {vendored} is a copy of the library already loaded from "
+          f"{_loader.LIBRARY_PATH} (build {_loader.built_id()})") in result.stderr
+  assert f"use tf.load_op_library('{_loader.LIBRARY_PATH}')" in result.stderr
 
 
 def test_another_build_loaded_first_is_refused_at_import(tmp_path):

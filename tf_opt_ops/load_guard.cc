@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,13 +106,24 @@ REGISTER_KERNEL_BUILDER(Name("TfOptOps>BuildId").Device(::tensorflow::DEVICE_CPU
 // pending registrations does not fail every later library load too.
 static const bool registered_build_check = [] {
   const LoadedCopy* earlier = EarlierCopy();
-  if (earlier == nullptr || earlier->build_id == tf_opt_ops_build_id) return true;
+  if (earlier == nullptr) return true;
+  if (earlier->build_id == tf_opt_ops_build_id) {
+    // The load succeeds, but tf.load_op_library's module only wraps ops that
+    // this load registered: none. Say where the wrappers are.
+    std::fprintf(stderr,
+                 "tf_opt_ops: %s is a copy of the library already loaded from %s (build %s); "
+                 "that copy's ops and kernels serve both, and tf.load_op_library of this path "
+                 "returns no op wrappers: use tf.load_op_library('%s') or tf_opt_ops.ops.\n",
+                 OwnPath().c_str(), earlier->path.c_str(), tf_opt_ops_build_id,
+                 earlier->path.c_str());
+    return true;
+  }
   ::tensorflow::OpRegistry::Global()->Register(
       [message = "tf_opt_ops: " + OwnPath() + " (build " + tf_opt_ops_build_id +
                  ") cannot load: this process already loaded another build of tf_opt_ops from " +
                  earlier->path + " (build " + earlier->build_id +
                  "). Load one build only: the Python package's library is at "
-                 "tf_opt_ops_sysconfig.get_lib().",
+                 "tf_opt_ops_sysconfig.get_library_path().",
        failed = false](::tensorflow::OpRegistrationData*) mutable -> absl::Status {
         if (failed) return absl::AlreadyExistsError("tf_opt_ops build check");
         failed = true;
