@@ -1,5 +1,6 @@
 """tf_opt_ops_sysconfig: the library's path and build flags, without loading TensorFlow."""
 
+import glob
 import json
 import re
 import os
@@ -80,3 +81,21 @@ def test_readme_load_op_library_block_runs_in_a_fresh_process():
   assert f"print(var.numpy()[1])  # {values}:" in block  # what the README says it prints
   assert [float(x) for x in values.strip("[]").split()] == pytest.approx([-0.1, -0.1], rel=1e-5)
   assert loaded == "[]"  # the library alone, not the package
+
+
+def test_the_wheel_ships_it_beside_the_package(tmp_path):
+  # Installed from the wheel (`make wheel`), outside the source tree, it points
+  # at the installed library; `import tf_opt_ops` stays the package's.
+  wheels = sorted(glob.glob(os.path.join(os.path.dirname(PACKAGE_ROOT), "dist", "*.whl")),
+                  key=os.path.getmtime)
+  assert wheels, "no wheel in dist/: run `make wheel` (make test does) before the tests"
+  target = tmp_path / "site"
+  subprocess.run([
+      sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+      str(target), wheels[-1]
+  ], check=True)
+  env = dict(os.environ, PYTHONPATH=str(target))
+  out = subprocess.run([sys.executable, "-m", "tf_opt_ops_sysconfig"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, check=True).stdout
+  assert out.strip() == str(target / "tf_opt_ops" / "_tf_opt_ops.so")
+  assert os.path.isfile(out.strip())

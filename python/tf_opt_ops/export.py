@@ -19,14 +19,20 @@ import keras
 import tensorflow as tf
 
 
-def _inner_variable(trackable):
+def _resource(trackable):
+  """The tf.Variable or other resource (a lookup table...) that `trackable` holds, if any."""
   if isinstance(trackable, tf.Variable):
     return trackable
   if isinstance(trackable, keras.Variable):  # Keras 3: a wrapper around a tf.Variable
     value = trackable.value
-    if isinstance(value, tf.Variable):
-      return value
+    return value if isinstance(value, tf.Variable) else None
+  if isinstance(trackable, tf.saved_model.experimental.TrackableResource):
+    return trackable
   return None
+
+
+def _handle(resource):
+  return resource.handle if isinstance(resource, tf.Variable) else resource.resource_handle
 
 
 def _trackables(roots):
@@ -55,29 +61,32 @@ def _concrete(function):
 
 def exportable(root, functions):
   """A tf.Module with `functions` (name -> tf.function with an input_signature, or a
-  concrete function) as attributes, tracking the tf.Variables they capture.
+  concrete function) as attributes, tracking the tf.Variables (and other resources,
+  such as lookup tables) they capture, and nothing else.
 
-  The variables are looked up among everything `root` (a tf.Module, Keras model,
+  They are looked up among everything `root` (a tf.Module, Keras model,
   optimizer... or a list of them) tracks, Keras 3 variables by their inner tf.Variable.
   """
   captured = {
       id(handle)
       for function in functions.values()
       for handle in _concrete(function).captured_inputs
+      if handle.dtype == tf.resource
   }
-  variables = {}
+  resources = {}
   roots = list(root) if isinstance(root, (list, tuple)) else [root]
   for trackable in _trackables(roots):
-    variable = _inner_variable(trackable)
-    if variable is not None and id(variable.handle) in captured:
-      variables.setdefault(id(variable), variable)
-  missing = len(captured) - len(variables)
+    resource = _resource(trackable)
+    if resource is not None and id(_handle(resource)) in captured:
+      resources.setdefault(id(resource), resource)
+  missing = len(captured) - len(resources)
   if missing > 0:
     raise ValueError(
-        f"tf_opt_ops.export: {missing} variable(s) that the functions read are not tracked by "
-        f"{root!r}. Pass every object whose variables they use, e.g. [model, optimizer].")
+        f"tf_opt_ops.export: {missing} variable(s) or resource(s) that the functions use are not "
+        f"tracked by {root!r}. Pass every object whose variables they use, e.g. "
+        f"[model, optimizer].")
   module = tf.Module()
-  module.captured_variables = list(variables.values())
+  module.captured_resources = list(resources.values())
   for name, function in functions.items():
     setattr(module, name, function)
   return module
@@ -109,7 +118,7 @@ def save_version(root, base_path, signatures, version=None):
   The export is written to a temporary folder beside the versions and renamed
   into place, so TF Serving, which polls `base_path` for numeric folders, never
   sees a half-written version; a crash leaves only a temporary folder, removed
-  by the next call. Returns the version's path.
+  by the next call (so one writer per base path). Returns the version's path.
   """
   os.makedirs(base_path, exist_ok=True)
   for name in os.listdir(base_path):
@@ -124,5 +133,22 @@ def save_version(root, base_path, signatures, version=None):
   staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=base_path)
   os.chmod(staging, 0o755)  # mkdtemp's 0700 would hide it from a server running as another user
   save(root, staging, signatures)
+  _sync_tree(staging)  # on disk before it has a name a server reads, even after a power loss
   os.rename(staging, final)  # atomic on one filesystem
+  _sync(base_path)
   return final
+
+
+def _sync(path):
+  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+  finally:
+    os.close(descriptor)
+
+
+def _sync_tree(path):
+  for folder, _, files in os.walk(path):
+    for name in files:
+      _sync(os.path.join(folder, name))
+    _sync(folder)
