@@ -53,8 +53,10 @@ std::unique_ptr<LoadedCopy> FindEarlierCopy() {
     if (handle == nullptr) continue;
     const char* id = static_cast<const char*>(dlsym(handle, "tf_opt_ops_build_id"));
     std::unique_ptr<LoadedCopy> copy;
+    Dl_info owner;  // the file that defines it: dlsym also searches the object's dependencies
     if (id != nullptr && id != tf_opt_ops_build_id) {
-      copy.reset(new LoadedCopy{path, id});
+      copy.reset(new LoadedCopy{
+          dladdr(id, &owner) != 0 && owner.dli_fname != nullptr ? owner.dli_fname : path, id});
     }
     dlclose(handle);
     if (copy) return copy;
