@@ -21,6 +21,16 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_opt_ops/build_id.h"
 
+// The dl* functions at the symbol versions TensorFlow's own library binds: before
+// glibc 2.34 they live in libdl.so.2 (a dependency of libtensorflow_framework.so.2),
+// and linking against a newer glibc must not make the .so require it.
+#if defined(__x86_64__) && defined(__GLIBC__)
+__asm__(".symver dlopen,dlopen@GLIBC_2.2.5");
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+__asm__(".symver dladdr,dladdr@GLIBC_2.2.5");
+__asm__(".symver dlclose,dlclose@GLIBC_2.2.5");
+#endif
+
 // The build's identity, exported so that another copy can find it. The same
 // value is the default of the BuildId op's attr (what Python reads) and
 // BUILD_ID in _build_info.py (what the package expects).
