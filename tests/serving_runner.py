@@ -11,14 +11,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def build_runners():
   """Builds both programs with Bazel: {"plain": path, "with_ops": path}."""
-  subprocess.run(
+  build = subprocess.run(
       ["bazel", "build", "//serving:saved_model_runner", "//serving:saved_model_runner_with_ops"],
-      cwd=ROOT, check=True, capture_output=True, timeout=900)
-  return {
-      kind: os.path.join(ROOT, "bazel-bin", "serving", name)
-      for kind, name in [("plain", "saved_model_runner"), ("with_ops",
-                                                           "saved_model_runner_with_ops")]
-  }
+      cwd=ROOT, capture_output=True, text=True, timeout=900)
+  assert build.returncode == 0, ("bazel build //serving failed (run ./configure.sh first?):\n" +
+                                 build.stderr[-3000:])
+  names = {"plain": "saved_model_runner", "with_ops": "saved_model_runner_with_ops"}
+  return {kind: os.path.join(ROOT, "bazel-bin", "serving", name) for kind, name in names.items()}
 
 
 def signature_tensors(export_dir, key):
