@@ -2,7 +2,6 @@
 when the library is missing, mismatched or fails to load."""
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,10 +16,12 @@ PACKAGE_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 @pytest.fixture
 def library_at(monkeypatch):
-  """Points the loader at another library path, with a fresh cache."""
+  """Points the loader at another library path, with a fresh cache, as in a process
+  where no library registered the ops yet."""
 
   def point(path):
     monkeypatch.setattr(_loader, "LIBRARY_PATH", path)
+    monkeypatch.setattr(_loader, "registered_ops", dict)
     _loader.load_library.cache_clear()
 
   yield point
@@ -115,3 +116,112 @@ def test_saved_model_names_the_missing_op_and_loads_with_the_library(tmp_path):
   result = run_python(load_with, tmp_path)
   assert result.returncode == 0, result.stderr
   assert float(result.stdout.split()[-1]) == pytest.approx(-0.1, rel=1e-5)
+
+
+# ---------------------------------------------------------------- two copies
+# A pipeline vendors the .so for tf.load_op_library and also imports the
+# package: two paths, two libraries to the dynamic loader. Why: see
+# docs/design.md, "Production".
+
+ONE_STEP = """
+    import tensorflow as tf
+    from tf_opt_ops import ops
+
+    def step(var, m, v):
+      ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), tf.constant([1]),
+                           beta_1_power=0.9, beta_2_power=0.999, lr=0.1)
+
+    eager, graph = [[tf.Variable(tf.zeros((4, 2))) for _ in range(3)] for _ in range(2)]
+    step(*eager)
+    tf.function(step)(*graph)
+    print("VALUES", eager[0].numpy()[1, 0], graph[0].numpy()[1, 0], eager[0].numpy()[0, 0])
+"""
+
+
+def library_copy(tmp_path, name, build_id=None):
+  """A copy of the package's library at another path; `build_id` patches its build id."""
+  data = open(_loader.LIBRARY_PATH, "rb").read()
+  if build_id is not None:
+    ours = _loader.built_id().encode()
+    assert len(build_id) == len(ours) and data.count(ours) >= 2
+    data = data.replace(ours, build_id.encode())
+  path = tmp_path / name / "_tf_opt_ops.so"
+  path.parent.mkdir()
+  path.write_bytes(data)
+  return str(path)
+
+
+def run_with_package(cwd, *parts):
+  """Runs the code `parts`, each dedented, in a fresh process that can import the package."""
+  code = "".join(textwrap.dedent(part) for part in parts)
+  return run_python(f"import sys; sys.path.insert(0, {PACKAGE_ROOT!r})\n" + code, cwd)
+
+
+def one_step_values(result):
+  assert result.returncode == 0, result.stderr
+  line = next(line for line in result.stdout.splitlines() if line.startswith("VALUES"))
+  return [float(x) for x in line.split()[1:]]
+
+
+def test_a_vendored_copy_loaded_first_serves_the_package(tmp_path):
+  vendored = library_copy(tmp_path, "vendor")
+  result = run_with_package(
+      tmp_path, f"""
+      import tensorflow as tf
+      vendored = tf.load_op_library({vendored!r})
+      import tf_opt_ops
+      from tf_opt_ops import _loader
+      assert _loader.load_library().tf_opt_ops_resource_sparse_apply_lazy_adam
+      print("VENDORED", vendored.tf_opt_ops_build_id().numpy().decode())
+      """, ONE_STEP)
+  assert one_step_values(result) == pytest.approx([-0.1, -0.1, 0.0], rel=1e-5)
+  assert f"VENDORED {_loader.built_id()}" in result.stdout
+  assert "Multiple OpKernel registrations" not in result.stderr
+
+
+def test_a_vendored_copy_loaded_after_the_package_adds_no_kernels(tmp_path):
+  vendored = library_copy(tmp_path, "vendor")
+  result = run_with_package(
+      tmp_path, f"""
+      import tensorflow as tf
+      import tf_opt_ops
+      vendored = tf.load_op_library({vendored!r})
+      print("WRAPPERS", [name for name in dir(vendored) if name.startswith("tf_opt_ops")])
+      """, ONE_STEP)
+  assert one_step_values(result) == pytest.approx([-0.1, -0.1, 0.0], rel=1e-5)
+  # The copy's load registers nothing, so its module has no wrappers: it says where they are.
+  assert "WRAPPERS []" in result.stdout
+  assert (f"tf_opt_ops: {vendored} is a copy of the library already loaded from "
+          f"{_loader.LIBRARY_PATH} (build {_loader.built_id()})") in result.stderr
+  assert f"use tf.load_op_library('{_loader.LIBRARY_PATH}')" in result.stderr
+
+
+def test_another_build_loaded_first_is_refused_at_import(tmp_path):
+  other = library_copy(tmp_path, "other", build_id="0123456789abcdef")
+  result = run_with_package(
+      tmp_path, f"""
+      import tensorflow as tf
+      tf.load_op_library({other!r})
+      import tf_opt_ops
+      """)
+  assert result.returncode != 0
+  assert "ImportError: tf_opt_ops: this process already registered" in result.stderr
+  assert "build id 0123456789abcdef" in result.stderr
+  assert f"build {_loader.built_id()} at {_loader.LIBRARY_PATH}" in result.stderr
+
+
+def test_another_build_loaded_after_the_package_is_refused(tmp_path):
+  other = library_copy(tmp_path, "other", build_id="0123456789abcdef")
+  result = run_with_package(
+      tmp_path, f"""
+      import tensorflow as tf
+      import tf_opt_ops
+      try:
+        tf.load_op_library({other!r})
+      except tf.errors.FailedPreconditionError as e:
+        print("REFUSED", e)
+      """, ONE_STEP)
+  assert one_step_values(result) == pytest.approx([-0.1, -0.1, 0.0], rel=1e-5)
+  refused = next(line for line in result.stdout.splitlines() if line.startswith("REFUSED"))
+  assert f"{other} (build 0123456789abcdef) cannot load" in refused
+  assert f"from {_loader.LIBRARY_PATH} (build {_loader.built_id()})" in refused

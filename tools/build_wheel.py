@@ -76,7 +76,11 @@ def main():
   files[f"{dist_info}/METADATA"] = _METADATA.format(
       version=args.version, tf_version=_read_tf_version(args.build_info)).encode()
   files[f"{dist_info}/WHEEL"] = _WHEEL.format(platform=args.platform).encode()
-  files[f"{dist_info}/top_level.txt"] = b"tf_opt_ops\n"
+  # The package and any top-level module beside it (tf_opt_ops_sysconfig).
+  top_level = {
+      name.split("/")[0].removesuffix(".py") for name in files if ".dist-info/" not in name
+  }
+  files[f"{dist_info}/top_level.txt"] = "".join(f"{name}\n" for name in sorted(top_level)).encode()
   record = "".join(f"{name},{_digest(data)},{len(data)}\n" for name, data in files.items())
   record += f"{dist_info}/RECORD,,\n"
   files[f"{dist_info}/RECORD"] = record.encode()

@@ -25,6 +25,9 @@ def _tf_configure_impl(rctx):
     lib_name = _require(rctx, "TF_SHARED_LIBRARY_NAME")
     version = _require(rctx, "TF_VERSION")
     rctx.symlink(header_dir, "include")
+    # TensorFlow's C and C++ API (TF_LoadSessionFromSavedModel), beside the
+    # framework library in the pip package: serving/ links it.
+    rctx.symlink(lib_dir + "/libtensorflow_cc.so.2", "lib/libtensorflow_cc.so.2")
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -51,6 +54,11 @@ cc_library(
 cc_library(
     name = "libtensorflow_framework",
     linkopts = ["-L{lib_dir}", "-l:{lib_name}"],
+)
+
+cc_library(
+    name = "libtensorflow_cc",
+    srcs = ["lib/libtensorflow_cc.so.2"],
 )
 
 exports_files(["_build_info.py"])

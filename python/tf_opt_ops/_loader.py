@@ -1,12 +1,20 @@
 """Loads `_tf_opt_ops.so` once, turning every failure into an ImportError that says what to do."""
 
 import functools
+import importlib.machinery
+import importlib.util
 import os
+import sys
 
 import tensorflow as tf
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.python.client import pywrap_tf_session
+from tensorflow.python.framework import _pywrap_python_op_gen
 
 LIBRARY_NAME = "_tf_opt_ops.so"
 LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
+OP_PREFIX = "TfOptOps>"
+BUILD_ID_OP = OP_PREFIX + "BuildId"
 
 _REBUILD = (
     "Rebuild it for this TensorFlow from the source tree with `./configure.sh && make build`, "
@@ -37,6 +45,61 @@ def check_tf_version(built, running):
         f"or: {_REBUILD}")
 
 
+def built_id():
+  """The build id of the library beside this file (a hash of what it was built from)."""
+  from tf_opt_ops import _build_info  # pylint: disable=g-import-not-at-top
+
+  return getattr(_build_info, "BUILD_ID", None)
+
+
+def registered_ops():
+  """Our ops already in TensorFlow's op registry, by name (OpDef protos)."""
+  buffer = pywrap_tf_session.TF_GetAllOpList()
+  try:
+    op_list = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetBuffer(buffer))
+  finally:
+    pywrap_tf_session.TF_DeleteBuffer(buffer)
+  return {op.name: op for op in op_list.op if op.name.startswith(OP_PREFIX)}
+
+
+def registered_build_id(ops):
+  """The build id of the library that registered `ops`, or None when it has none."""
+  build_id_op = ops.get(BUILD_ID_OP)
+  if build_id_op is None:
+    return None
+  return next(attr.default_value.s.decode() for attr in build_id_op.attr if attr.name == "build_id")
+
+
+def check_registered_build(registered, ours):
+  """Raises ImportError unless the ops in the registry come from a copy of our build.
+
+  Two paths to the same .so are two libraries to the dynamic loader; a copy of
+  the same build shares the ops and kernels the first copy registered (see
+  tf_opt_ops/load_guard.cc), another build cannot. Why: see docs/design.md,
+  "Production".
+  """
+  if registered is None or registered != ours:
+    raise ImportError(
+        f"tf_opt_ops: this process already registered the tf_opt_ops ops from another build "
+        f"(build id {registered or 'unknown: a build without an id'}), probably by "
+        f"tf.load_op_library of a vendored copy; this package's library is build {ours} at "
+        f"{LIBRARY_PATH}. Load one build only: vendor this package's library "
+        f"(tf_opt_ops_sysconfig.get_library_path()), or install the package version that "
+        f"the vendored library came from.")
+
+
+def module_from_registry(ops):
+  """The wrappers tf.load_op_library would return, made from already registered ops."""
+  op_list = op_def_pb2.OpList(op=[ops[name] for name in sorted(ops)])
+  wrappers = _pywrap_python_op_gen.GetPythonWrappers(op_list.SerializeToString())
+  module = importlib.util.module_from_spec(
+      importlib.machinery.ModuleSpec("tf_opt_ops._registered_ops", None))
+  exec(wrappers, module.__dict__)  # pylint: disable=exec-used
+  module._IS_TENSORFLOW_PLUGIN = True  # pylint: disable=protected-access
+  sys.modules[module.__name__] = module
+  return module
+
+
 @functools.lru_cache(maxsize=None)
 def load_library():
   """Returns the loaded op module (generated Python wrappers of the custom ops)."""
@@ -51,9 +114,15 @@ def load_library():
     raise ImportError(
         f"tf_opt_ops: {LIBRARY_PATH} has no build record (_build_info.py). {_REBUILD}") from e
   check_tf_version(built, tf.__version__)
+  registered = registered_ops()
+  if registered:
+    # Another path (a vendored copy) loaded the ops first: loading ours as well
+    # would add nothing, and wrappers come only with newly registered ops.
+    check_registered_build(registered_build_id(registered), built_id())
+    return module_from_registry(registered)
   try:
     return tf.load_op_library(LIBRARY_PATH)
-  except (tf.errors.NotFoundError, OSError) as e:
+  except (tf.errors.OpError, OSError) as e:
     message = str(e)
     if "undefined symbol" in message:
       raise ImportError(
