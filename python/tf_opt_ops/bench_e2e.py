@@ -101,6 +101,11 @@ class DlrmCase:
     return float(9 * table_bytes.sum() + 4 * table_bytes.max()) / 2**30 + 1.0
 
 
+def case_from_json(fields):
+  """The `DlrmCase` of `dataclasses.asdict(case)` after a JSON round trip."""
+  return DlrmCase(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
 def quick_cases():
   return [DlrmCase(cap=20_000, dim=16, batch=4_096)]
 
@@ -365,8 +370,10 @@ class FirstStepCheck:
       expected = reference_first_step(rule, w0, g, g_squares)
       moved = np.abs(expected - w0).max()
       error = np.abs(after - expected).max()
-      # A relative error on the update, plus float32 rounding of the weights.
-      tolerance = 1e-3 * moved + 4 * np.finfo(np.float32).eps * np.abs(w0).max()
+      # 1% of the update, plus float32 rounding of the weights: each step recomputes the
+      # gradients in its own graph, where grappler and oneDNN may sum in another order
+      # (seen: 0.3% of an SGD update). A wrong rule is off by the whole update.
+      tolerance = 1e-2 * moved + 4 * np.finfo(np.float32).eps * np.abs(w0).max()
       if not moved > tolerance or not error <= tolerance:
         raise AssertionError(
             f"{name}: the first step of {what} is not the {rule} reference: max error {error:.3g}, "
@@ -493,13 +500,9 @@ def render(report):
         lines.append(f"| {flavor} | {c['label']} | {_fmt_ms(c['step'])} | "
                      f"{c['examples_per_s']:,.0f} | {ratio} | {fwd:.3g} | {bwd:.3g} | "
                      f"{c['optimizer_ms']:.3g} | {_mib(c['peak_rss_mib'])} |")
-    rows = sum(next(iter(flavors.values()))["case"]["cardinalities"])
-    case = DlrmCase(
-        **{
-            k: tuple(v) if isinstance(v, list) else v
-            for k, v in next(iter(flavors.values()))["case"].items()
-        })
-    lines.append(f"\nTables: {sum(case.rows):,} rows of {rows:,}; process peak RSS " +
+    case = case_from_json(next(iter(flavors.values()))["case"])
+    lines.append(f"\nTables: {sum(case.rows):,} rows of {sum(case.cardinalities):,}; "
+                 "process peak RSS " +
                  ", ".join(f"{f} {_mib(r['peak_rss_mib'])} MiB" for f, r in flavors.items()) + ".")
   return "\n".join(lines)
 
@@ -546,7 +549,7 @@ def main(argv=None):
   rounds = args.rounds or (3 if args.quick else 7)
   if args.worker:
     spec = json.loads(args.worker)
-    case = DlrmCase(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["case"].items()})
+    case = case_from_json(spec["case"])
     print("E2E_JSON " + json.dumps(run_case(case, spec["flavor"], rounds)), flush=True)
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
