@@ -84,7 +84,7 @@ def test_dlrm_tables_are_the_criteo_sizes_capped():
   assert bench_e2e.DlrmCase(cap=None, dim=16, batch=1).rows == bench_e2e.CRITEO_KAGGLE_ROWS
 
 
-def test_every_dlrm_contender_trains_and_passes_the_first_step_check():
+def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
   from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
   case = bench_e2e.DlrmCase(**TINY_DLRM)
   for flavor in bench_e2e.FLAVORS:
@@ -96,9 +96,12 @@ def test_every_dlrm_contender_trains_and_passes_the_first_step_check():
       assert r["x_floor"]["median_ms"] > 0, (flavor, name)
     floor = result["contenders"]["floor"]["x_floor"]
     assert floor["min_ms"] == floor["max_ms"] == 1.0
-    table = bench_e2e.render(
-        {"machine": "test", "tf_version": tf.__version__, "cases": {case.label: {flavor: result}}})
-    assert "| ours: MultiOptimizer(LazyAdam, ClippyAdagrad) |" in table
+    report = {
+        "machine": "test", "tf_version": tf.__version__, "cases": {case.label: {flavor: result}}
+    }
+    assert "| ours: MultiOptimizer(LazyAdam, ClippyAdagrad) |" in bench_e2e.render(report)
+    bench_e2e.plot(report, tmp_path / f"{flavor}.png")
+    assert (tmp_path / f"{flavor}.png").stat().st_size > 0
 
 
 def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
