@@ -8,8 +8,9 @@ embedding tables with the Kaggle set's cardinalities (3 to 10,131,227 rows),
 each capped at a case's `cap` rows so the run fits the machine; 13 dense
 features through a bottom MLP to the embedding dim; the pairwise dot products
 of the 27 vectors, with the bottom MLP's output, through a top MLP to one
-logit; binary cross-entropy. Indices are uniform over each table (every batch
-row is a distinct row of a big table: the most rows an optimizer can touch).
+logit; binary cross-entropy. Indices are uniform over each table (nearly every
+example touches its own row of a big table: the most rows an optimizer can
+touch; real traffic is skewed and touches fewer).
 
 A step is `tf.function(forward, backward, optimizer)` with:
 
@@ -33,12 +34,13 @@ the correctness check, from the same weights, against a NumPy reference of
 that optimizer's first step. Then the contenders and two partial steps
 (forward; forward and backward) are timed in interleaved rounds, as in
 `tf_opt_ops.bench`; "× floor" is the median over rounds of the step time over
-the floor's in the same round. The optimizer's share is the step's median less
-the forward-and-backward median.
+the floor's in the same round; the optimizer's share is the median over rounds
+of the step's time less the forward-and-backward time.
 """
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import platform
@@ -47,9 +49,10 @@ import sys
 import time
 
 import numpy as np
+import tensorflow as tf
 
-from tf_opt_ops.bench import summary
-from tf_opt_ops.bench import time_interleaved
+from tf_opt_ops import bench
+from tf_opt_ops._convert import handle
 
 # The 26 categorical features of the Criteo Kaggle display-advertising data, as
 # DLRM and TorchRec publish them.
@@ -145,14 +148,12 @@ def _reset_peak_rss():
 # ------------------------------------------------------------------- model
 def _flavor_modules(flavor):
   """(the Keras package, our optimizer module) of `flavor`."""
-  import importlib  # pylint: disable=g-import-not-at-top
   keras_package = importlib.import_module("keras" if flavor == "keras" else "tf_keras")
   return keras_package, importlib.import_module(f"tf_opt_ops.{flavor}")
 
 
 def build_model(keras_package, case, seed=0):
   """The DLRM of `case` as a `keras_package.Model`; built, with `.tables` and `.mlps`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   layers = keras_package.layers
   n = len(case.rows) + 1
   upper = np.array([i * n + j for i in range(n) for j in range(i + 1, n)], np.int32)
@@ -195,7 +196,6 @@ def build_model(keras_package, case, seed=0):
 
 
 def make_batches(case, count, seed=0):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   batches = []
   for _ in range(count):
@@ -207,7 +207,6 @@ def make_batches(case, count, seed=0):
 
 
 def loss_fn(model, dense, categorical, labels):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   logits = model((dense, categorical))
   return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels, logits))
 
@@ -235,15 +234,11 @@ class CompositeLazyAdam:
   """
 
   def build(self, variables):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     self.slots = [(tf.Variable(tf.zeros(v.shape, v.dtype)), tf.Variable(tf.zeros(v.shape, v.dtype)))
                   for v in variables]
     self.iterations = tf.Variable(0, dtype=tf.int64)
 
   def apply(self, grads, variables):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tf_opt_ops import bench  # pylint: disable=g-import-not-at-top
-    from tf_opt_ops._convert import handle  # pylint: disable=g-import-not-at-top
     lr, b1, b2, eps = (ADAM[k] for k in ("learning_rate", "beta_1", "beta_2", "epsilon"))
     t = tf.cast(self.iterations.assign_add(1), tf.float32)
     b1_power, b2_power = tf.pow(b1, t), tf.pow(b2, t)
@@ -264,8 +259,6 @@ class RowScatterSGD:
     del variables
 
   def apply(self, grads, variables):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tf_opt_ops._convert import handle  # pylint: disable=g-import-not-at-top
     for grad, var in zip(grads, variables):
       if isinstance(grad, tf.IndexedSlices):
         tf.raw_ops.ResourceScatterSub(resource=handle(var), indices=grad.indices,
@@ -276,14 +269,13 @@ class RowScatterSGD:
 
 def make_contender(name, flavor, model):
   keras_package, ours = _flavor_modules(flavor)
-  clippy_kwargs = dict(CLIPPY)
   if name == "lazy_adam":
     return KerasOptimizerStep(ours.LazyAdam(**ADAM))
   if name == "multi":
     return KerasOptimizerStep(
         ours.MultiOptimizer([
             ours.OptimizerBlocks(ours.LazyAdam(**ADAM), model.tables),
-            ours.OptimizerBlocks(ours.ClippyAdagrad(**clippy_kwargs), model.mlps)
+            ours.OptimizerBlocks(ours.ClippyAdagrad(**CLIPPY), model.mlps)
         ]))
   if name == "composite":
     return CompositeLazyAdam()
@@ -330,15 +322,13 @@ class FirstStepCheck:
   """
 
   def __init__(self, model, grads, seed=0):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     rng = np.random.default_rng(seed)
-    self.model = model
-    self.table_vars = [t.embeddings for t in model.tables]
-    self.mlp_vars = [v for layer in model.mlps for v in layer.trainable_weights]
-    table_grads, mlp_grads = grads[:len(self.table_vars)], grads[len(self.table_vars):]
+    table_vars = [t.embeddings for t in model.tables]
+    mlp_vars = [v for layer in model.mlps for v in layer.trainable_weights]
+    table_grads, mlp_grads = grads[:len(table_vars)], grads[len(table_vars):]
     # (variable, probe rows, weights there, summed gradient there, summed squares there)
     self.tables = []
-    for var, grad in zip(self.table_vars, table_grads):
+    for var, grad in zip(table_vars, table_grads):
       indices = grad.indices.numpy()
       rows_total = int(var.shape[0])
       untouched = np.setdiff1d(rng.choice(rows_total, min(rows_total, 32), replace=False), indices)
@@ -350,11 +340,9 @@ class FirstStepCheck:
       w0 = tf.gather(tf.convert_to_tensor(var), probe).numpy()
       self.tables.append((var, probe, w0, g, g_squares))
     self.mlps = [(var, np.array(var.numpy()), g.numpy().astype(np.float64))
-                 for var, g in zip(self.mlp_vars, mlp_grads)]
+                 for var, g in zip(mlp_vars, mlp_grads)]
 
   def restore(self):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tf_opt_ops._convert import handle  # pylint: disable=g-import-not-at-top
     for var, probe, w0, _, _ in self.tables:
       tf.raw_ops.ResourceScatterUpdate(resource=handle(var), indices=probe, updates=w0)
     for var, w0, _ in self.mlps:
@@ -362,7 +350,6 @@ class FirstStepCheck:
 
   def verify(self, name, table_rule, mlp_rule):
     """Raises AssertionError unless the weights are the first step of the rules' optimizers."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     checks = [(f"{var.name} (rows)", tf.gather(tf.convert_to_tensor(var),
                                                probe).numpy(), w0, g, g_squares, table_rule)
               for var, probe, w0, g, g_squares in self.tables]
@@ -385,7 +372,6 @@ class FirstStepCheck:
 # ------------------------------------------------------------------ worker
 def run_case(case, flavor, rounds, contenders=tuple(CONTENDERS), batches=4):
   """Builds, checks and times every contender on `case` in `flavor`; returns a dict."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   keras_package, _ = _flavor_modules(flavor)
   result = {"flavor": flavor, "case": dataclasses.asdict(case), "contenders": {}}
   result["rss_start_mib"] = _status_mib("VmRSS")
@@ -441,19 +427,19 @@ def run_case(case, flavor, rounds, contenders=tuple(CONTENDERS), batches=4):
         "added_peak_mib": _status_mib("VmHWM") - before if peak_known and before else None,
     }
   result["checked"] = True
-  times = time_interleaved(variants, steps, rounds)
+  times = bench.time_interleaved(variants, steps, rounds)
   result["peak_rss_mib"] = _status_mib("VmHWM")
-  result["forward"] = summary(times["forward"])
-  result["forward_backward"] = summary(times["forward_backward"])
+  result["forward"] = bench.summary(times["forward"])
+  result["forward_backward"] = bench.summary(times["forward_backward"])
   floor = times.get("floor")
   for name in contenders:
     r = result["contenders"][name]
-    r["step"] = summary(times[name])
+    r["step"] = bench.summary(times[name])
     r["examples_per_s"] = case.batch / (r["step"]["median_ms"] * 1e-3)
     r["optimizer_ms"] = float(
         np.median([a - b for a, b in zip(times[name], times["forward_backward"])]))
     if floor is not None:
-      r["x_floor"] = summary([a / b for a, b in zip(times[name], floor)])
+      r["x_floor"] = bench.summary([a / b for a, b in zip(times[name], floor)])
   return result
 
 
@@ -524,6 +510,12 @@ def render(report):
   return "\n".join(lines)
 
 
+def _x_floor(case_result, flavor, name):
+  """The contender's median step time over the floor's, or NaN where not run."""
+  contender = case_result.get(flavor, {}).get("contenders", {}).get(name, {})
+  return contender.get("x_floor", {}).get("median_ms", np.nan)
+
+
 def plot(report, path):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -537,13 +529,7 @@ def plot(report, path):
     width = 0.8 / len(names)
     x = np.arange(len(labels))
     for i, name in enumerate(names):
-      values = [
-          report["cases"][label].get(flavor, {}).get("contenders",
-                                                     {}).get(name,
-                                                             {}).get("x_floor",
-                                                                     {}).get("median_ms", np.nan)
-          for label in labels
-      ]
+      values = [_x_floor(report["cases"][label], flavor, name) for label in labels]
       ax.bar(x + (i - (len(names) - 1) / 2) * width, values, width, label=CONTENDERS[name][0])
     ax.axhline(1.0, color="black", linewidth=0.8)
     heights = [bar.get_height() for bar in ax.patches]
@@ -574,8 +560,6 @@ def main(argv=None):
     case = case_from_json(spec["case"])
     print("E2E_JSON " + json.dumps(run_case(case, spec["flavor"], rounds)), flush=True)
     return
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   started = time.time()
   report = {
