@@ -74,8 +74,11 @@ demo: build
 	PYTHONPATH=python $(PY) -m tf_opt_ops.demo $(ARGS)
 
 # `make bench QUICK=1` runs a few cases in under 3 minutes; results go to bench/results/.
+# The ops alone (tf_opt_ops.bench), then a whole DLRM train step (tf_opt_ops.bench_e2e;
+# E2E_ARGS="--memory-gib 48" runs the cases that need more memory).
 bench: build
 	PYTHONPATH=python $(PY) -m tf_opt_ops.bench $(if $(QUICK),--quick)
+	PYTHONPATH=python $(PY) -m tf_opt_ops.bench_e2e $(if $(QUICK),--quick) $(E2E_ARGS)
 
 # ---------------------------------------------------------------- GPU check
 # The CUDA kernels of the .so (the same .cu.cc files) plus gpu_check/capi.cu.cc,

@@ -75,3 +75,46 @@ def test_one_fused_op_per_variable_in_the_traced_update():
     # The only other write is the iteration increment (Keras 3 writes it with
     # AssignVariableOp or AssignAddVariableOp, depending on the context).
     assert types.count("AssignVariableOp") + types.count("AssignAddVariableOp") == 1, types
+
+
+# ----------------------------------------------------------------- whole DLRM train step
+TINY_DLRM = dict(cap=40, dim=4, batch=64, bottom=(8,), top=(8,))
+
+
+def test_dlrm_tables_are_the_criteo_sizes_capped():
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  case = bench_e2e.DlrmCase(cap=1_000, dim=16, batch=4_096)
+  assert len(case.rows) == 26
+  assert max(case.cardinalities) == 10_131_227 and min(case.cardinalities) == 3
+  assert case.rows[2] == 1_000 and case.rows[8] == 3  # capped, and kept below the cap
+  assert bench_e2e.DlrmCase(cap=None, dim=16, batch=1).rows == bench_e2e.CRITEO_KAGGLE_ROWS
+
+
+def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  case = bench_e2e.DlrmCase(**TINY_DLRM)
+  for flavor in bench_e2e.FLAVORS:
+    result = bench_e2e.run_case(case, flavor, rounds=1, batches=2)
+    assert result["checked"]
+    assert list(result["contenders"]) == list(bench_e2e.CONTENDERS)
+    for name, r in result["contenders"].items():
+      assert r["step"]["median_ms"] > 0 and r["examples_per_s"] > 0, (flavor, name)
+      assert r["x_floor"]["median_ms"] > 0, (flavor, name)
+    floor = result["contenders"]["floor"]["x_floor"]
+    assert floor["min_ms"] == floor["max_ms"] == 1.0
+    report = {
+        "machine": "test", "tf_version": tf.__version__, "cases": {case.label: {flavor: result}}
+    }
+    assert "| ours: MultiOptimizer(LazyAdam, ClippyAdagrad) |" in bench_e2e.render(report)
+    bench_e2e.plot(report, tmp_path / f"{flavor}.png")
+    assert (tmp_path / f"{flavor}.png").stat().st_size > 0
+
+
+def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
+  """The floor's SGD step is not Adam's: checked as Adam, it fails."""
+  import pytest  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(bench_e2e.CONTENDERS, "floor", ("SGD checked as Adam", "adam", "adam"))
+  with pytest.raises(AssertionError, match="not the adam reference"):
+    bench_e2e.run_case(bench_e2e.DlrmCase(**TINY_DLRM), "keras", rounds=1, batches=2,
+                       contenders=("floor",))

@@ -8,6 +8,7 @@ median (min-max) over rounds, and ratios are taken within one run, since this
 kind of shared machine drifts by tens of percent between runs. The Clippy
 comparison with TensorFlow Recommenders runs in a `TF_USE_LEGACY_KERAS=1`
 subprocess (TFRS refuses Keras 3), with our op timed in the same rounds there.
+A whole recommender train step is `tf_opt_ops.bench_e2e`'s.
 """
 
 import argparse
