@@ -56,9 +56,12 @@ cc_library(
     linkopts = ["-L{lib_dir}", "-l:{lib_name}"],
 )
 
+# For programs on TensorFlow's C API (serving/): they run outside Python, so
+# they find both of TensorFlow's libraries where pip installed them.
 cc_library(
     name = "libtensorflow_cc",
     srcs = ["lib/libtensorflow_cc.so.2"],
+    linkopts = ["-Wl,-rpath,{lib_dir}"],
 )
 
 exports_files(["_build_info.py"])
