@@ -400,7 +400,7 @@ def _fit(model, data, epochs=1, batch=16):
 # Each flavor with each model file format whose save keeps optimizer state (the
 # flavors' model_file_formats in test_optimizers.py).
 @pytest.mark.parametrize("f,file_format", [(K3, "keras"), (TFK, "keras"), (TFK, "h5"), (LEG, "h5")],
-                         ids=lambda x: str(x))
+                         ids=str)
 def test_model_file_round_trip_with_optimizer_state(f, file_format, tmp_path):
   data = _tower_data(4)
   model, embs = _tower_model(f)
