@@ -26,20 +26,23 @@ cudaStream_t g_stream = nullptr;
 cudaEvent_t g_start = nullptr;
 cudaEvent_t g_stop = nullptr;
 
-// The hyperparameters in the compute type C, as the OpKernels read them,
-// then widened to double for the launchers by the one conversion the
-// OpKernels use too (CastStep, optimizer_math.h).
-template <typename C>
-AdamStep<double> LazyAdamStep(double lr, double beta1, double beta2, double epsilon,
+// The hyperparameters in the compute type of `dtype` (double for double,
+// float for every other type), as the OpKernels read them, then widened to
+// double for the launchers by the one conversion the OpKernels use too
+// (CastStep, optimizer_math.h).
+AdamStep<double> LazyAdamStep(DType dtype, double lr, double beta1, double beta2, double epsilon,
                               double beta1_power, double beta2_power) {
-  return tf_opt_ops::CastStep<double>(tf_opt_ops::MakeAdamStep<C>(
-      static_cast<C>(lr), static_cast<C>(beta1), static_cast<C>(beta2), static_cast<C>(epsilon),
-      static_cast<C>(beta1_power), static_cast<C>(beta2_power)));
+  auto in = [&](auto compute_type) {
+    using C = decltype(compute_type);
+    return tf_opt_ops::CastStep<double>(tf_opt_ops::MakeAdamStep<C>(
+        static_cast<C>(lr), static_cast<C>(beta1), static_cast<C>(beta2), static_cast<C>(epsilon),
+        static_cast<C>(beta1_power), static_cast<C>(beta2_power)));
+  };
+  return dtype == DType::kDouble ? in(double()) : in(float());
 }
 
-template <typename C>
-ClippyStep<double> MakeClippyStep(double lr, double epsilon, double vrt, double art, double at,
-                                  int clip_accumulator_update,
+ClippyStep<double> MakeClippyStep(DType dtype, double lr, double epsilon, double vrt, double art,
+                                  double at, int clip_accumulator_update,
                                   int use_standard_accumulator_update) {
   const ClippyStep<double> given{lr,
                                  epsilon,
@@ -48,7 +51,24 @@ ClippyStep<double> MakeClippyStep(double lr, double epsilon, double vrt, double 
                                  at,
                                  clip_accumulator_update != 0,
                                  use_standard_accumulator_update != 0};
-  return tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<C>(given));
+  return dtype == DType::kDouble ? given
+                                 : tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<float>(given));
+}
+
+SparseRows MakeSparseRows(const void* indices, int index_type, int64_t num_indices,
+                          int64_t num_rows, int64_t row_size) {
+  return SparseRows{indices, static_cast<IndexType>(index_type), num_indices, num_rows, row_size};
+}
+
+// Runs launch(&bad) and hands its IndexError to the caller through the C
+// API's two out-parameters.
+template <typename Launch>
+int ReportingIndexError(int64_t* bad_position, int64_t* bad_index, Launch launch) {
+  IndexError bad{-1, 0};
+  const int err = launch(&bad);
+  *bad_position = bad.position;
+  *bad_index = bad.index;
+  return err;
 }
 
 }  // namespace
@@ -113,9 +133,9 @@ TFO_API int tfo_timer_stop(float* ms) {
 
 TFO_API int tfo_sparse_scratch_bytes(int dtype, int index_type, int64_t num_indices,
                                      int64_t num_rows, int64_t row_size, size_t* bytes) {
-  const SparseRows rows{nullptr, static_cast<IndexType>(index_type), num_indices, num_rows,
-                        row_size};
-  return tf_opt_ops::gpu::SparseScratchBytes(static_cast<DType>(dtype), rows, g_stream, bytes);
+  return tf_opt_ops::gpu::SparseScratchBytes(
+      static_cast<DType>(dtype),
+      MakeSparseRows(nullptr, index_type, num_indices, num_rows, row_size), g_stream, bytes);
 }
 
 TFO_API size_t tfo_dense_scratch_bytes(int dtype) {
@@ -131,17 +151,12 @@ TFO_API int tfo_sparse_lazy_adam(int dtype, int index_type, const void* indices,
                                  int64_t* bad_position, int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
   const AdamStep<double> step =
-      t == DType::kDouble
-          ? LazyAdamStep<double>(lr, beta1, beta2, epsilon, beta1_power, beta2_power)
-          : LazyAdamStep<float>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
-  const SparseRows rows{indices, static_cast<IndexType>(index_type), num_indices, num_rows,
-                        row_size};
-  IndexError bad{-1, 0};
-  const int err = tf_opt_ops::gpu::SparseApplyLazyAdam(t, rows, grad, var, m, v, step, scratch,
-                                                       scratch_bytes, g_stream, &bad);
-  *bad_position = bad.position;
-  *bad_index = bad.index;
-  return err;
+      LazyAdamStep(t, lr, beta1, beta2, epsilon, beta1_power, beta2_power);
+  const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
+  return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
+    return tf_opt_ops::gpu::SparseApplyLazyAdam(t, rows, grad, var, m, v, step, scratch,
+                                                scratch_bytes, g_stream, bad);
+  });
 }
 
 TFO_API int tfo_clippy_adagrad(int dtype, int64_t size, const void* grad, void* var, void* accum,
@@ -149,12 +164,8 @@ TFO_API int tfo_clippy_adagrad(int dtype, int64_t size, const void* grad, void* 
                                int clip_accumulator_update, int use_standard_accumulator_update,
                                void* scale, void* scratch, size_t scratch_bytes) {
   const DType t = static_cast<DType>(dtype);
-  const ClippyStep<double> step =
-      t == DType::kDouble
-          ? MakeClippyStep<double>(lr, epsilon, vrt, art, at, clip_accumulator_update,
-                                   use_standard_accumulator_update)
-          : MakeClippyStep<float>(lr, epsilon, vrt, art, at, clip_accumulator_update,
-                                  use_standard_accumulator_update);
+  const ClippyStep<double> step = MakeClippyStep(
+      t, lr, epsilon, vrt, art, at, clip_accumulator_update, use_standard_accumulator_update);
   return tf_opt_ops::gpu::ApplyClippyAdagrad(t, size, grad, var, accum, step, scale, scratch,
                                              scratch_bytes, g_stream);
 }
@@ -168,20 +179,13 @@ TFO_API int tfo_sparse_clippy_adagrad(int dtype, int index_type, const void* ind
                                       void* scratch, size_t scratch_bytes, int64_t* bad_position,
                                       int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
-  const ClippyStep<double> step =
-      t == DType::kDouble
-          ? MakeClippyStep<double>(lr, epsilon, vrt, art, at, clip_accumulator_update,
-                                   use_standard_accumulator_update)
-          : MakeClippyStep<float>(lr, epsilon, vrt, art, at, clip_accumulator_update,
-                                  use_standard_accumulator_update);
-  const SparseRows rows{indices, static_cast<IndexType>(index_type), num_indices, num_rows,
-                        row_size};
-  IndexError bad{-1, 0};
-  const int err = tf_opt_ops::gpu::SparseApplyClippyAdagrad(t, rows, grad, var, accum, step, scale,
-                                                            scratch, scratch_bytes, g_stream, &bad);
-  *bad_position = bad.position;
-  *bad_index = bad.index;
-  return err;
+  const ClippyStep<double> step = MakeClippyStep(
+      t, lr, epsilon, vrt, art, at, clip_accumulator_update, use_standard_accumulator_update);
+  const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
+  return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
+    return tf_opt_ops::gpu::SparseApplyClippyAdagrad(t, rows, grad, var, accum, step, scale,
+                                                     scratch, scratch_bytes, g_stream, bad);
+  });
 }
 
 TFO_API int tfo_set_scale_to_one(int dtype, void* scale) {

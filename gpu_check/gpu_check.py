@@ -189,11 +189,15 @@ class CudaBackend:
       for p in ptrs:
         self.free(p)
 
-  def lazy_adam(self, dtype, var, m, v, grad, indices, hyper):
+  def _sparse_sizes(self, dtype, var, indices):
+    """(n, num_rows, dim, scratch bytes) of a sparse update of `var`'s rows `indices`."""
     num_rows = var.shape[0]
     dim = var.size // num_rows if num_rows else 0
     n = len(indices)
-    nbytes = self.scratch_bytes(dtype, indices.dtype.type, n, num_rows, dim)
+    return n, num_rows, dim, self.scratch_bytes(dtype, indices.dtype.type, n, num_rows, dim)
+
+  def lazy_adam(self, dtype, var, m, v, grad, indices, hyper):
+    n, num_rows, dim, nbytes = self._sparse_sizes(dtype, var, indices)
 
     def body(p):
       d_var, d_m, d_v, d_grad, d_idx, d_scratch = p
@@ -207,8 +211,14 @@ class CudaBackend:
   def clippy(self, dtype, var, accum, grad, indices, hyper):
     """Dense when indices is None. Returns (var, accum, scale, bad)."""
     scale_like = np.zeros((), reference.compute_type(dtype))
-    code = DTYPE_CODE[dtype]
+
+    def results(d_var, d_acc, d_scale, bad):
+      self.sync()
+      new_var, new_accum = self.download(d_var, var), self.download(d_acc, accum)
+      return new_var, new_accum, self.download(d_scale, scale_like)[()], bad
+
     if indices is None:
+      code = DTYPE_CODE[dtype]
       nbytes = self.lib.tfo_dense_scratch_bytes(code)
 
       def body(p):
@@ -216,27 +226,18 @@ class CudaBackend:
         self.check(
             self.lib.tfo_clippy_adagrad(code, var.size, d_grad, d_var, d_acc, *_clippy_args(hyper),
                                         d_scale, d_scratch, nbytes), "ApplyClippyAdagrad")
-        self.sync()
-        return (self.download(d_var,
-                              var), self.download(d_acc,
-                                                  accum), self.download(d_scale,
-                                                                        scale_like)[()], (-1, 0))
+        return results(d_var, d_acc, d_scale, (-1, 0))
 
       return self._with([var, accum, grad, scale_like, np.zeros(nbytes, np.uint8)], body)
-    num_rows = var.shape[0]
-    dim = var.size // num_rows if num_rows else 0
-    n = len(indices)
-    nbytes = self.scratch_bytes(dtype, indices.dtype.type, n, num_rows, dim)
+    n, num_rows, dim, nbytes = self._sparse_sizes(dtype, var, indices)
 
     def sparse_body(p):
       d_var, d_acc, d_grad, d_idx, d_scale, d_scratch = p
       bad = self.sparse_clippy_ptr(dtype, indices.dtype.type, d_idx, n, num_rows, dim, d_grad,
                                    d_var, d_acc, hyper, d_scale, d_scratch, nbytes)
-      self.sync()
-      return (self.download(d_var, var), self.download(d_acc,
-                                                       accum), self.download(d_scale,
-                                                                             scale_like)[()], bad)
+      return results(d_var, d_acc, d_scale, bad)
 
+    # The scale starts at 7, outside [0, 1]: a scale the kernels leave unwritten shows.
     return self._with(
         [var, accum, grad, indices,
          np.full((), 7, scale_like.dtype),

@@ -63,6 +63,8 @@ class FlavorCase:
   keras_multi_optimizer: bool  # keras.optimizers.MultiOptimizer holds our optimizers
 
 
+# One row per flavor with every field named: the rows share their shape because
+# they are one record three times, data rather than repeated code.
 FLAVORS = [
     FlavorCase(
         name="keras",

@@ -46,6 +46,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // Both passes visit each distinct row once (one thread group per row), with
 // the duplicate-summed gradient; pass 1 may write accum (standard
 // accumulator update), which pass 2 then reads, as on the CPU.
+// These kernels have the dense ones' shape on purpose: only the walk over
+// the elements differs, and each kernel states its walk in place; what is
+// done per element is one piece of code, ClippyRatioElement and
+// ClippyApplyElement (optimizer_math.h), shared with the CPU kernels too.
 
 template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)

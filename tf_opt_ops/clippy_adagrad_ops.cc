@@ -4,8 +4,18 @@
 
 namespace tf_opt_ops {
 
-#define TF_OPT_OPS_CLIPPY_ATTRS                              \
-  Attr("T: {half, bfloat16, float, double}")                 \
+// The inputs, attributes and output both Clippy ops have, in their order
+// (the sparse op adds its indices and their dtype after them).
+#define TF_OPT_OPS_CLIPPY_SIGNATURE                          \
+  Input("var: resource")                                     \
+      .Input("accum: resource")                              \
+      .Input("lr: Tscalar")                                  \
+      .Input("epsilon: Tscalar")                             \
+      .Input("variable_relative_threshold: Tscalar")         \
+      .Input("accumulator_relative_threshold: Tscalar")      \
+      .Input("absolute_threshold: Tscalar")                  \
+      .Input("grad: T")                                      \
+      .Attr("T: {half, bfloat16, float, double}")            \
       .Attr("Tscalar: {float, double}")                      \
       .Attr("use_locking: bool = false")                     \
       .Attr("clip_accumulator_update: bool = false")         \
@@ -13,15 +23,7 @@ namespace tf_opt_ops {
       .Output("scale: Tscalar")
 
 REGISTER_OP("TfOptOps>ResourceApplyClippyAdagrad")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("lr: Tscalar")
-    .Input("epsilon: Tscalar")
-    .Input("variable_relative_threshold: Tscalar")
-    .Input("accumulator_relative_threshold: Tscalar")
-    .Input("absolute_threshold: Tscalar")
-    .Input("grad: T")
-    .TF_OPT_OPS_CLIPPY_ATTRS
+    .TF_OPT_OPS_CLIPPY_SIGNATURE
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle var;
       TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6}, &var));
@@ -81,16 +83,8 @@ scale: the clipping scale applied to the whole update, in [0, 1] (or NaN).
 )doc");
 
 REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagrad")
-    .Input("var: resource")
-    .Input("accum: resource")
-    .Input("lr: Tscalar")
-    .Input("epsilon: Tscalar")
-    .Input("variable_relative_threshold: Tscalar")
-    .Input("accumulator_relative_threshold: Tscalar")
-    .Input("absolute_threshold: Tscalar")
-    .Input("grad: T")
-    .Input("indices: Tindices")
-    .TF_OPT_OPS_CLIPPY_ATTRS.Attr("Tindices: {int32, int64}")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Attr("Tindices: {int32, int64}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle var;
       TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6}, &var));
@@ -134,6 +128,6 @@ use_standard_accumulator_update: accumulate g * g before the step, as Adagrad do
 scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
 )doc");
 
-#undef TF_OPT_OPS_CLIPPY_ATTRS
+#undef TF_OPT_OPS_CLIPPY_SIGNATURE
 
 }  // namespace tf_opt_ops

@@ -25,7 +25,10 @@ struct TypeTag {
   using type = T;
 };
 
-// Calls f(TypeTag<S>()) with S the CUDA storage type of `dtype`.
+// Calls f(TypeTag<S>()) with S the CUDA storage type of `dtype`. This and
+// DispatchIndex share their shape on purpose: one plain switch per enum
+// reads at a glance, where a generic enum-to-type table would take more code
+// than the two switches.
 template <typename F>
 int DispatchDType(DType dtype, F&& f) {
   switch (dtype) {

@@ -21,7 +21,12 @@ from tf_opt_ops import _router_table
 
 
 class Flavor:
-  """What the routers need to know about one Keras optimizer API."""
+  """What the routers need to know about one Keras optimizer API.
+
+  The methods that raise NotImplementedError are the interface each flavor
+  module implements; they are written out one by one, as an abstract base
+  class is, so that their shared shape is a list, not repeated logic.
+  """
 
   name = "?"
   # Whether the router keeps an iteration counter of its own (Keras 3), or its

@@ -41,7 +41,11 @@ def is_layer(value):
 
 
 class _Selector:
-  """One block: which variables it claims out of the candidates."""
+  """One block: which variables it claims out of the candidates.
+
+  Each kind of block is a subclass that keeps its block and implements
+  `describe`, `claim` and `key`: the subclasses share that shape by design.
+  """
 
   # Whether `claim` can run before the router knows its variables.
   static = True

@@ -56,16 +56,13 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
   (float64 for float64 variables, float32 otherwise), one per variable. `var`
   may be 0-D.
   """
-  grad = tf.convert_to_tensor(grad)
-  return load_library().tf_opt_ops_resource_apply_clippy_adagrad(
-      var=_handle(var), accum=_handle(accum), grad=grad,
-      clip_accumulator_update=clip_accumulator_update,
+  return _apply_clippy(
+      load_library().tf_opt_ops_resource_apply_clippy_adagrad, var, accum, grad,
+      dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
+           accumulator_relative_threshold=accumulator_relative_threshold,
+           absolute_threshold=absolute_threshold), clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
-      name=name,
-      **_clippy_scalars(scalar_dtype(grad.dtype), lr=lr, epsilon=epsilon,
-                        variable_relative_threshold=variable_relative_threshold,
-                        accumulator_relative_threshold=accumulator_relative_threshold,
-                        absolute_threshold=absolute_threshold))
+      name=name)
 
 
 def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
@@ -78,13 +75,18 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   `TfOptOps>ResourceSparseApplyClippyAdagrad`); the scale is the minimum over
   those rows. Returns the scale.
   """
-  grad = tf.convert_to_tensor(grad)
-  return load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad(
-      var=_handle(var), accum=_handle(accum), grad=grad, indices=indices,
+  return _apply_clippy(
+      load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad, var, accum, grad,
+      dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
+           accumulator_relative_threshold=accumulator_relative_threshold,
+           absolute_threshold=absolute_threshold), indices=indices,
       clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
-      name=name,
-      **_clippy_scalars(scalar_dtype(grad.dtype), lr=lr, epsilon=epsilon,
-                        variable_relative_threshold=variable_relative_threshold,
-                        accumulator_relative_threshold=accumulator_relative_threshold,
-                        absolute_threshold=absolute_threshold))
+      name=name)
+
+
+def _apply_clippy(op, var, accum, grad, hyperparameters, **inputs_and_attrs):
+  """Runs Clippy op `op` with the hyperparameters as scalars of the kernels' dtype."""
+  grad = tf.convert_to_tensor(grad)
+  return op(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
+            **_clippy_scalars(scalar_dtype(grad.dtype), **hyperparameters))
