@@ -1,4 +1,4 @@
-"""SPEC §5 (loader) and §4 (a SavedModel names the missing op): what a user sees
+"""The loader (see docs/design.md, "Production"), and a SavedModel that names the missing op: what a user sees
 when the library is missing, mismatched or fails to load."""
 
 import os
