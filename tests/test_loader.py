@@ -1,5 +1,5 @@
-"""The loader (see docs/design.md, "Production"), and a SavedModel that names the missing op: what a user sees
-when the library is missing, mismatched or fails to load."""
+"""What a user sees when the library is missing, mismatched or fails to load, and a
+SavedModel that names the missing op (see docs/design.md, "Production")."""
 
 import os
 import subprocess

@@ -41,7 +41,10 @@ class ClickData:
   def split(self, test_fraction, seed):
     order = np.random.default_rng(seed).permutation(len(self.labels))
     cut = int(len(order) * (1 - test_fraction))
-    pick = lambda idx: (self.users[idx], self.items[idx], self.labels[idx])
+
+    def pick(idx):
+      return self.users[idx], self.items[idx], self.labels[idx]
+
     return pick(order[:cut]), pick(order[cut:])
 
 
