@@ -552,6 +552,9 @@ def main(argv=None):
   parser.add_argument("--out", default="bench/results", help="folder for JSON, Markdown and PNG")
   parser.add_argument("--memory-gib", type=float, default=24.0,
                       help="skip cases whose estimated peak memory is above this")
+  parser.add_argument(
+      "--only", default=None, help="run only the full-mode cases whose label contains one of these "
+      "';'-separated strings (e.g. 'cap 200,000, d=16, B=4,096;cap 1,000,000, d=16')")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (3 if args.quick else 7)
@@ -567,7 +570,11 @@ def main(argv=None):
       "tf_version": tf.__version__, "quick": args.quick, "memory_gib": args.memory_gib, "cases": {},
       "skipped": {}
   }
-  for case in quick_cases() if args.quick else full_cases():
+  cases = quick_cases() if args.quick else full_cases()
+  if args.only:
+    wanted = [part.strip() for part in args.only.split(";")]
+    cases = [case for case in cases if any(w in case.label for w in wanted)]
+  for case in cases:
     estimate = case.memory_estimate_gib()
     if estimate > args.memory_gib:
       print(
