@@ -401,6 +401,20 @@ def adam_cases(quick):
   ]
 
 
+def write_results(report, stem, render, plot):
+  """Writes the report as JSON, its table as Markdown and its plot as PNG; prints the table."""
+  os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+  table = render(report)
+  with open(stem + ".json", "w") as f:
+    json.dump(report, f, indent=1)
+  with open(stem + ".md", "w") as f:
+    f.write(table + "\n")
+  plot(report, stem + ".png")
+  print()
+  print(table)
+  print(f"\nwrote {stem}.json, {stem}.md, {stem}.png in {report['seconds']:.0f} s")
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -437,17 +451,7 @@ def main(argv=None):
     print("Clippy Adagrad (TF_USE_LEGACY_KERAS=1 subprocess) ...", flush=True)
     report["clippy"] = bench_clippy(QUICK_CLIPPY if args.quick else list(CLIPPY_CASES), rounds)
   report["seconds"] = time.time() - started
-  os.makedirs(args.out, exist_ok=True)
-  stem = os.path.join(args.out, "quick" if args.quick else "full")
-  table = render(report)
-  with open(stem + ".json", "w") as f:
-    json.dump(report, f, indent=1)
-  with open(stem + ".md", "w") as f:
-    f.write(table + "\n")
-  plot(report, stem + ".png")
-  print()
-  print(table)
-  print(f"\nwrote {stem}.json, {stem}.md, {stem}.png in {report['seconds']:.0f} s")
+  write_results(report, os.path.join(args.out, "quick" if args.quick else "full"), render, plot)
 
 
 if __name__ == "__main__":

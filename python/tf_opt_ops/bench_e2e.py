@@ -587,17 +587,8 @@ def main(argv=None):
       print(f"DLRM {case.label}, {flavor} ...", flush=True)
       report["cases"][case.label][flavor] = run_worker_subprocess(case, flavor, rounds)
   report["seconds"] = time.time() - started
-  os.makedirs(args.out, exist_ok=True)
-  stem = os.path.join(args.out, "e2e_quick" if args.quick else "e2e_full")
-  table = render(report)
-  with open(stem + ".json", "w") as f:
-    json.dump(report, f, indent=1)
-  with open(stem + ".md", "w") as f:
-    f.write(table + "\n")
-  plot(report, stem + ".png")
-  print()
-  print(table)
-  print(f"\nwrote {stem}.json, {stem}.md, {stem}.png in {report['seconds']:.0f} s")
+  bench.write_results(report, os.path.join(args.out, "e2e_quick" if args.quick else "e2e_full"),
+                      render, plot)
 
 
 if __name__ == "__main__":
