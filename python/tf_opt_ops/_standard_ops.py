@@ -104,30 +104,65 @@ def dense_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step):
 # ----------------------------------------------------------------------------- Clippy Adagrad
 
 
-def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
-                   accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
-                   use_standard_accumulator_update):
-  """Clippy Adagrad on `var` with accumulator `accum`; returns the clipping scale.
+def _clippy_terms(var, accum, grad, indices, hypers, use_standard_accumulator_update):
+  """What both passes of Clippy Adagrad read: (stored dtype, rows, g, w, a, p, delta, hypers).
 
-  With `indices`, only the rows they name (duplicates summed) are read and
-  written, and the scale is the minimum over those rows.
+  `a` is the accumulator the step divides by (already incremented by g^2 with
+  the standard accumulator update); nothing is written.
   """
   stored, g, rows = _gradient(var, grad, indices)
   s = scalar_dtype(stored)
-  hypers = clippy_scalars(s, lr=lr, epsilon=epsilon,
-                          variable_relative_threshold=variable_relative_threshold,
-                          accumulator_relative_threshold=accumulator_relative_threshold,
-                          absolute_threshold=absolute_threshold)
+  hypers = clippy_scalars(s, **hypers)
   w, a = _read(var, stored, rows, s), _read(accum, stored, rows, s)
   if use_standard_accumulator_update:
     a = a + g * g
   p = tf.math.rsqrt(a + hypers["epsilon"])
   delta = hypers["lr"] * g * p
+  return stored, rows, g, w, a, p, delta, hypers
+
+
+def _clippy_scale(w, p, delta, hypers):
   max_delta = (hypers["variable_relative_threshold"] * tf.abs(w) +
                hypers["accumulator_relative_threshold"] * p + hypers["absolute_threshold"])
   per_element = tf.where(tf.equal(delta, 0), tf.ones_like(delta),
                          tf.math.divide_no_nan(max_delta, tf.abs(delta)))
-  scale = tf.minimum(tf.ones([], delta.dtype), tf.reduce_min(per_element))
+  return tf.minimum(tf.ones([], delta.dtype), tf.reduce_min(per_element))
+
+
+def clippy_scale(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
+                 accumulator_relative_threshold, absolute_threshold,
+                 use_standard_accumulator_update, **unused_flags):
+  """The clipping scale Clippy Adagrad would apply to `var` now; reads, writes nothing.
+
+  The first pass alone: for a shard of a sharded variable, whose scale is the
+  minimum of its shards' scales (Why: see docs/design.md, "Invariants").
+  """
+  hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
+                accumulator_relative_threshold=accumulator_relative_threshold,
+                absolute_threshold=absolute_threshold)
+  _, _, _, w, _, p, delta, hypers = _clippy_terms(var, accum, grad, indices, hypers,
+                                                  use_standard_accumulator_update)
+  return _clippy_scale(w, p, delta, hypers)
+
+
+def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
+                   accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
+                   use_standard_accumulator_update, scale=None):
+  """Clippy Adagrad on `var` with accumulator `accum`; returns the clipping scale.
+
+  With `indices`, only the rows they name (duplicates summed) are read and
+  written, and the scale is the minimum over those rows. A given `scale` is
+  applied instead of the one `var`'s own values give.
+  """
+  hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
+                accumulator_relative_threshold=accumulator_relative_threshold,
+                absolute_threshold=absolute_threshold)
+  stored, rows, g, w, a, p, delta, hypers = _clippy_terms(var, accum, grad, indices, hypers,
+                                                          use_standard_accumulator_update)
+  if scale is None:
+    scale = _clippy_scale(w, p, delta, hypers)
+  else:
+    scale = tf.cast(scale, delta.dtype)
   if not use_standard_accumulator_update:
     update = g * scale if clip_accumulator_update else g
     a = a + update * update

@@ -8,6 +8,8 @@ ways. `jit_compile` defaults to False: the fused ops have no XLA kernels (inside
 XLA the optimizers fall back to standard ops).
 """
 
+import re
+
 import tf_keras
 
 from tf_opt_ops import _core
@@ -86,20 +88,46 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     self._built = True
     self._accumulators = []
     self.clipping_factors = []
+    # _var_key(model variable) -> its clipping factor. The shards of a sharded
+    # variable share one, created after the last shard's accumulator (Why: see
+    # docs/design.md, "Invariants").
+    self._factor_of = self._no_dependency({})
+    shards_seen = {}
     initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
       self._accumulators.append(
           self.add_variable_from_reference(
               var, "accumulator", initial_value=initializer(shape=var.shape, dtype=var.dtype)))
-      if self.export_clipping_factors:
-        self.clipping_factors.append(
-            self.add_variable_from_reference(var, "clipping_factor", shape=()))
+      if not self.export_clipping_factors:
+        continue
+      container = _core.sharded_container(var)
+      if container is None:
+        factor = self.add_variable_from_reference(var, "clipping_factor", shape=())
+        self._add_clipping_factor(factor, [var])
+        continue
+      shards = shards_seen.setdefault(id(container), [])
+      shards.append(var)
+      if len(shards) == len(container.variables):
+        name = re.sub(r"/part_\d+$", "", var._shared_name)
+        factor = self.add_variable(shape=(), dtype=var.dtype, name=f"clipping_factor/{name}")
+        self._add_clipping_factor(factor, shards)
+
+  def _add_clipping_factor(self, factor, model_variables):
+    self.clipping_factors.append(factor)
+    for var in model_variables:
+      self._factor_of[self._var_key(var)] = factor
+
+  def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
+    grads_and_vars = self._compute_sharded_scales(grads_and_vars, self._var_key,
+                                                  lambda var: self._accumulators[self._index(var)],
+                                                  lambda var: self.learning_rate)
+    return super()._distributed_apply_gradients_fn(distribution, grads_and_vars, **kwargs)
 
   def update_step(self, gradient, variable):
-    index = self._index(variable)
-    factor = self.clipping_factors[index] if self.export_clipping_factors else None
-    return self._clippy_apply(gradient, variable, self._accumulators[index], factor,
-                              self.learning_rate)
+    key = self._var_key(variable)
+    factor = self._factor_of[key] if self.export_clipping_factors else None
+    return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)], factor,
+                              self.learning_rate, key=key)
 
   def get_config(self):
     config = super().get_config()
