@@ -55,6 +55,8 @@ class _LegacyMixin:
     for container, slot_name, whole in restored:
       with tf.init_scope():
         self.get_slot(container, slot_name).assign(whole.read_value())
+      # No longer a slot: not listed among the optimizer's weights either.
+      self._weights[:] = [w for w in self._weights if w is not whole]
 
   def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
     # The kernels (and the XLA fallback) sum duplicate indices themselves.

@@ -8,6 +8,7 @@ ways. `jit_compile` defaults to False: the fused ops have no XLA kernels (inside
 XLA the optimizers fall back to standard ops).
 """
 
+import contextlib
 import re
 
 import tf_keras
@@ -38,6 +39,36 @@ class _TfKerasMixin:
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
 
+  @contextlib.contextmanager
+  def _restoring_into_shards(self, var_list):
+    """Around `build`: a checkpoint restored before it reaches the state of sharded variables.
+
+    tf_keras' optimizer restores its state by position in its lists
+    (`_variables`, `_momentums`, ...), and joins the shards of a sharded
+    variable's slots into one `ShardedVariable` only when it is built. A
+    restore pending from before `build` would be applied while the lists
+    fill, to single shards and lists that do not line up with the
+    checkpoint: the slots silently kept their initial values. Here the
+    pending restore waits until the state is complete and joined, then
+    restores into the `ShardedVariable`s, each shard taking its rows (the
+    checkpoint may have been written with any sharding, or none). Why: see
+    docs/design.md, "Invariants".
+    """
+    pending = {}
+    if not getattr(self, "_built", False) and any(
+        _core.sharded_container(v) is not None for v in var_list):
+      pending = dict(self._deferred_dependencies)
+      self._deferred_dependencies.clear()
+    yield
+    if not pending:
+      return
+    self.__dict__.pop("_coalesced_children", None)  # joined from the lists, now complete
+    children = self._trackable_children()
+    for name, positions in pending.items():
+      self._deferred_dependencies[name] = positions
+      if name in children:
+        self._handle_deferred_dependencies(name=name, trackable=children[name])
+
 
 class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
@@ -50,6 +81,10 @@ class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
     kwargs.setdefault("jit_compile", False)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
+
+  def build(self, var_list):
+    with self._restoring_into_shards(var_list):
+      super().build(var_list)
 
   def update_step(self, gradient, variable):
     index = self._index(variable)
@@ -81,6 +116,10 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     self.clipping_factors = []
 
   def build(self, var_list):
+    with self._restoring_into_shards(var_list):
+      self._build_state(var_list)
+
+  def _build_state(self, var_list):
     # Same variables, names and order as TensorFlow Recommenders' ClippyAdagrad.
     super().build(var_list)
     if getattr(self, "_built", False):
