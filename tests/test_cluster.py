@@ -100,8 +100,10 @@ def _state(opt):
       flat[id(s)] = s
   parts = {}
   for v in flat.values():
-    name = re.sub(r"/part_\d+", "", v.name.split(":")[0])
-    name = re.sub(r"^(LazyAdam|ClippyAdagrad|CompositeOptimizer)[^/]*/", "", name)
+    name = getattr(v, "path", None)  # Keras 3 variables (never sharded): a unique path
+    if name is None:
+      name = re.sub(r"/part_\d+", "", v.name.split(":")[0])
+      name = re.sub(r"^(LazyAdam|ClippyAdagrad|CompositeOptimizer)[^/]*/", "", name)
     parts.setdefault(name, []).append((v.name, v))
   import numpy as np  # pylint: disable=g-import-not-at-top
   return {
