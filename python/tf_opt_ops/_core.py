@@ -87,7 +87,7 @@ def _split_gradient(var, grad, indices):
 
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
-              indices=None, fused_dense=False):
+              indices=None, fused_dense=False, on_mesh=False):
   """Lazy Adam on `var` with slots `m`, `v`; the math is the op's (`ops.sparse_lazy_adam`).
 
   `grad` is a `tf.IndexedSlices` (or its values with `indices` given): only the
@@ -96,10 +96,16 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   tf_keras' legacy Adam runs), else the arithmetic of Keras 3's and tf_keras'
   `Adam.update_step`, so dense results equal the flavor's own Adam. `step` is
   the 1-based step t; the hyperparameters may be numbers, tensors, variables or
-  callables.
+  callables. `on_mesh`: the variables are DTensors, updated in standard ops in
+  the formulation DTensor can lay out (every row computed, the touched ones
+  written; see `_standard_ops`).
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
+  if on_mesh:
+    if indices is None:
+      return _standard_ops.dense_adam(var, m, v, grad, **hypers)
+    return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, masked=True, **hypers)
   if indices is not None and in_xla_context():
     _log_fallback_once("LazyAdam")
     return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, **hypers)
@@ -125,7 +131,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
 def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
                    use_standard_accumulator_update, clipping_factor=None, use_locking=False,
-                   indices=None, scale=None):
+                   indices=None, scale=None, on_mesh=False):
   """Clippy Adagrad on `var` with accumulator `accum`; returns the scale.
 
   The math is the op's (`ops.clippy_adagrad`). A sparse `grad`
@@ -133,7 +139,8 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   A given `scale` (a scalar tensor) is applied instead of the one `var`'s own
   values give: the scale of the sharded variable `var` is a shard of (see
   `sharded_clippy_scales`). When `clipping_factor` (a scalar variable) is
-  given, the scale is assigned to it.
+  given, the scale is assigned to it. `on_mesh`: as for `lazy_adam` (the
+  scale's minimum is then a reduction over the mesh).
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
   grad, indices, dtype = _split_gradient(var, grad, indices)
@@ -142,11 +149,13 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
                 absolute_threshold=absolute_threshold)
   flags = dict(clip_accumulator_update=bool(clip_accumulator_update),
                use_standard_accumulator_update=bool(use_standard_accumulator_update))
-  if in_xla_context():
-    _log_fallback_once("ClippyAdagrad")
+  if on_mesh or in_xla_context():
+    if not on_mesh:
+      _log_fallback_once("ClippyAdagrad")
     return _assign_factor(
         clipping_factor,
-        _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags, scale=scale))
+        _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags, scale=scale,
+                                     masked=on_mesh))
   if scale is not None:
     scale = tf.cast(scale, scalar_dtype(dtype))
     grad, hypers, flags = _with_given_scale(grad, scale, hypers, flags)
@@ -290,10 +299,10 @@ class ClippyAdagradMixin:
     return grads_and_vars
 
   def _clippy_apply(self, grad, var, accum, clipping_factor, lr, use_locking=False, indices=None,
-                    key=None):
+                    key=None, on_mesh=False):
     scale = self._step_scales.scales.get(key) if key is not None else None
     return clippy_adagrad(var, accum, grad, lr=lr, clipping_factor=clipping_factor,
-                          use_locking=use_locking, indices=indices, scale=scale,
+                          use_locking=use_locking, indices=indices, scale=scale, on_mesh=on_mesh,
                           **self._clippy_options())
 
 

@@ -9,8 +9,10 @@ XLA the optimizers fall back to standard ops).
 """
 
 import contextlib
+import functools
 import re
 
+import tensorflow as tf
 import tf_keras
 
 from tf_opt_ops import _core
@@ -38,6 +40,11 @@ class _TfKerasMixin:
 
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
+
+  @property
+  def _on_mesh(self):
+    """True under DTensor (`mesh=`): updates in the formulation DTensor can lay out."""
+    return bool(self._mesh or self._run_with_dtensor)
 
   @contextlib.contextmanager
   def _restoring_into_shards(self, var_list):
@@ -90,7 +97,7 @@ class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
     index = self._index(variable)
     return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                            lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                           epsilon=self.epsilon, step=self.iterations + 1)
+                           epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh)
 
 
 class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.Optimizer):
@@ -134,14 +141,23 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     shards_seen = {}
     initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
+      if self._mesh:
+        # With the variable's layout (a callable is not copied to a replicated one).
+        initial_value = functools.partial(_filled_like, var, self.initial_accumulator_value)
+      else:
+        initial_value = initializer(shape=var.shape, dtype=var.dtype)
       self._accumulators.append(
-          self.add_variable_from_reference(
-              var, "accumulator", initial_value=initializer(shape=var.shape, dtype=var.dtype)))
+          self.add_variable_from_reference(var, "accumulator", initial_value=initial_value))
       if not self.export_clipping_factors:
         continue
       container = _core.sharded_container(var)
       if container is None:
-        factor = self.add_variable_from_reference(var, "clipping_factor", shape=())
+        factor = self.add_variable_from_reference(
+            var,
+            "clipping_factor",
+            shape=(),
+            # Under a mesh a scalar needs an initial value (else: zeros like `var`).
+            initial_value=tf.zeros((), var.dtype) if self._mesh else None)
         self._add_clipping_factor(factor, [var])
         continue
       shards = shards_seen.setdefault(id(container), [])
@@ -166,13 +182,18 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     key = self._var_key(variable)
     factor = self._factor_of[key] if self.export_clipping_factors else None
     return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)], factor,
-                              self.learning_rate, key=key)
+                              self.learning_rate, key=key, on_mesh=self._on_mesh)
 
   def get_config(self):
     config = super().get_config()
     config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
     config.update(self._clippy_config())
     return config
+
+
+def _filled_like(variable, value):
+  """`value` in every element of a tensor shaped and laid out like `variable`."""
+  return tf.ones_like(variable) * value
 
 
 # Our names, and the names of the classes we replace. Why: see docs/design.md,
