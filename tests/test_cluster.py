@@ -20,7 +20,6 @@ fails the same way). Why: see docs/design.md, "Invariants".
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -255,72 +254,47 @@ def chief_without_library(cluster_json):
 # ----------------------------------------------------------------------------- the cluster
 
 
-def _free_ports(n):
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
-
-
 def _env():
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.path.join(ROOT, "python"))
   env.pop("TF_USE_LEGACY_KERAS", None)
   return env
 
 
-_PLAIN_SERVER = ("import json, os, tensorflow as tf; "
+# A server task without the library: TensorFlow's own server.
+_PLAIN_SERVER = ("import tensorflow as tf; "
                  "r = tf.distribute.cluster_resolver.TFConfigClusterResolver(); "
                  "tf.distribute.Server(r.cluster_spec(), job_name=r.task_type, "
                  "task_index=r.task_id, protocol='grpc').join()")
 
 
-class Cluster:
-  """Server tasks as subprocesses; `stop()` ends exactly the processes it started."""
+def _cluster(workers, ps, plain=()):
+  """A `LocalCluster` whose `plain` jobs run without the library."""
+  sys.path.insert(0, os.path.join(ROOT, "python"))
+  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
 
-  def __init__(self, workers, ps, plain=()):
-    ports = iter(_free_ports(1 + workers + ps))
-    self.spec = {
-        "chief": [f"localhost:{next(ports)}"],
-        "worker": [f"localhost:{next(ports)}" for _ in range(workers)],
-        "ps": [f"localhost:{next(ports)}" for _ in range(ps)],
-    }
-    self.procs = []
-    for job in ("worker", "ps"):
-      for index in range(len(self.spec[job])):
-        tf_config = json.dumps({"cluster": self.spec, "task": {"type": job, "index": index}})
-        command = ([sys.executable, "-c", _PLAIN_SERVER] if job in plain else
-                   [sys.executable, "-m", "tf_opt_ops.server"])
-        self.procs.append(
-            subprocess.Popen(command, env=dict(_env(), TF_CONFIG=tf_config),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+  def command(job, index):
+    del index
+    if job in plain:
+      return [sys.executable, "-c", _PLAIN_SERVER]
+    return [sys.executable, "-m", "tf_opt_ops.server"]
 
-  def run_chief(self, mode, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), mode,
-         json.dumps(self.spec)], env=dict(_env(), CKPT_DIR=str(tmp_path)), capture_output=True,
-        text=True, timeout=TIMEOUT_S, check=False)
-    for p in self.procs:
-      assert p.poll() is None, f"a server task exited: {p.args}\n{p.stderr.read()[-3000:]}"
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+  return LocalCluster(workers, ps, task_command=command, env=_env())
 
-  def stop(self):
-    for p in self.procs:
-      p.kill()
-    for p in self.procs:
-      p.wait(timeout=30)
+
+def _run_chief(cluster, mode, tmp_path):
+  proc = subprocess.run(
+      [sys.executable, os.path.abspath(__file__), mode,
+       json.dumps(cluster.spec)], env=dict(_env(), CKPT_DIR=str(tmp_path)), capture_output=True,
+      text=True, timeout=TIMEOUT_S, check=False)
+  cluster.check_running()
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-  cluster = Cluster(workers=2, ps=2)
-  try:
-    yield cluster.run_chief("chief", tmp_path_factory.mktemp("ckpt"))
-  finally:
-    cluster.stop()
+  with _cluster(workers=2, ps=2) as cluster:
+    yield _run_chief(cluster, "chief", tmp_path_factory.mktemp("ckpt"))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -358,11 +332,8 @@ def test_checkpoint_restores_exactly(results, flavor, case, direction):
 
 
 def test_parameter_server_without_library_names_the_op(tmp_path):
-  cluster = Cluster(workers=1, ps=1, plain=("ps",))
-  try:
-    error = cluster.run_chief("chief_without_library", tmp_path)["error"]
-  finally:
-    cluster.stop()
+  with _cluster(workers=1, ps=1, plain=("ps",)) as cluster:
+    error = _run_chief(cluster, "chief_without_library", tmp_path)["error"]
   assert error is not None
   assert "TfOptOps>ResourceSparseApplyLazyAdam" in error
   assert "not registered" in error or "NotFound" in error

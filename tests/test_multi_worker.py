@@ -17,6 +17,8 @@ import sys
 
 import pytest
 
+from tf_opt_ops.server import free_ports
+
 from test_cluster import BATCH
 from test_cluster import ROOT
 from test_cluster import STEPS
@@ -25,7 +27,6 @@ from test_cluster import _build
 from test_cluster import _data
 from test_cluster import _env
 from test_cluster import _factors
-from test_cluster import _free_ports
 from test_cluster import _optimizer
 from test_cluster import _state
 
@@ -98,7 +99,7 @@ def worker():
 
 @pytest.fixture(scope="module")
 def results():
-  spec = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
+  spec = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
   procs = []
   try:
     for index in range(2):
