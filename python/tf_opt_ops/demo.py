@@ -225,14 +225,20 @@ def held_out_curve(keras, model, test):
       self.points, self.epoch_seconds = [], []
       self._start = 0.0
 
+    def on_train_begin(self, logs=None):
+      self._evaluate()  # the starting point, at 0 seconds
+
     def on_epoch_begin(self, epoch, logs=None):
       self._start = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
       self.epoch_seconds.append(time.perf_counter() - self._start)
+      self._evaluate()
+
+    def _evaluate(self):
       scores = held_out_scores(model, users, items)
-      self.points.append((sum(self.epoch_seconds), roc_auc(labels,
-                                                           scores), log_loss(labels, scores)))
+      auc, loss = roc_auc(labels, scores), log_loss(labels, scores)
+      self.points.append((sum(self.epoch_seconds), auc, loss))
 
   return HeldOutCurve()
 
@@ -382,7 +388,7 @@ def launch_multi_worker(argv):
   sys.stdout.flush()
   with LocalCluster(
       num_workers=2, num_ps=0, chief=False, stdout=None,
-      task_command=lambda job, index: [sys.executable, "-m", __name__, *argv]) as cluster:
+      task_command=lambda job, index: [sys.executable, "-m", "tf_opt_ops.demo", *argv]) as cluster:
     print(
         f"workers: {json.dumps(cluster.spec)}; PIDs "
         f"{', '.join(str(p.pid) for p in cluster.procs)}", flush=True)
