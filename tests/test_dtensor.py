@@ -7,8 +7,10 @@ The same steps run through the tf_keras `LazyAdam`, `ClippyAdagrad` (with its
 clipping factors) and a `CompositeOptimizer` of both, created with `mesh=`
 for the DVariables and without for the plain ones. Layouts: everything
 replicated, and the dense kernel also sharded over the mesh (so Clippy's
-scale is a reduction over the mesh). A row-sharded table is not here: TF
-2.21's DTensor fails in its own gather for the lookup, before any optimizer.
+scale is a reduction over the mesh). Each checkpoint of the DTensor training
+restores exactly into the one-device variables and optimizer. A row-sharded
+table is not here: TF 2.21's DTensor fails in its own gather for the lookup,
+before any optimizer.
 """
 
 import functools
@@ -112,8 +114,22 @@ def worker():
           all(
               dtensor.fetch_layout(v).sharding_specs == dtensor.fetch_layout(kernel).sharding_specs
               for v in slots))
+    restored = None
+    if on_mesh:  # a checkpoint of DTensor training restores exactly on one device
+      path = tf.train.Checkpoint(table=table, kernel=kernel, optimizer=opt).save(
+          os.path.join(os.environ["CKPT_DIR"], f"{case}_{layout}"))
+      table2, kernel2 = tf.Variable(tf.zeros_like(init[0])), tf.Variable(tf.zeros_like(init[1]))
+      opt2 = optimizer(case, table2, kernel2, None)
+      opt2.build([table2, kernel2])
+      tf.train.Checkpoint(table=table2, kernel=kernel2, optimizer=opt2).restore(path)
+      subs2 = getattr(opt2, "optimizers", [opt2])
+      restored = max(
+          float(np.abs(a.numpy() - b).max())
+          for a, b in zip([table2, kernel2] +
+                          [v for o in subs2
+                           for v in o.variables], [value(table), value(kernel)] + state))
     return dict(weights=[value(table), value(kernel)], state=state, factors=factors,
-                layouts=layouts)
+                layouts=layouts, restored=restored)
 
   results = {}
   for case in CASES:
@@ -131,6 +147,7 @@ def worker():
           "state_count": [len(one["state"]), len(meshed["state"])],
           "factors": [one["factors"], meshed["factors"]],
           "layouts": meshed["layouts"],
+          "restored_on_one_device": meshed["restored"],
           "trained": float(np.abs(one["weights"][0][:USED] - init[0][:USED]).max()),
           "unused_rows_changed": float(np.abs(meshed["weights"][0][USED:] - init[0][USED:]).max()),
       }
@@ -138,9 +155,10 @@ def worker():
 
 
 @pytest.fixture(scope="module")
-def results():
-  proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env=_env(),
-                        capture_output=True, text=True, timeout=300, check=False)
+def results(tmp_path_factory):
+  env = dict(_env(), CKPT_DIR=str(tmp_path_factory.mktemp("ckpt")))
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env, capture_output=True,
+                        text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -153,6 +171,7 @@ def test_dtensor_equals_fused_ops(results, case, layout, record_property):
   record_property("max_abs_diff_state", r["state"])
   assert r["state_count"][0] == r["state_count"][1] > 1
   assert all(r["layouts"])  # slots carry their variable's layout
+  assert r["restored_on_one_device"] == 0.0
   assert r["trained"] > 1e-3
   assert r["unused_rows_changed"] == 0.0  # lazy: rows outside the data keep their bits
   # The same math in another arithmetic (standard ops, not the kernels): equal
