@@ -339,5 +339,21 @@ def test_parameter_server_without_library_names_the_op(tmp_path):
   assert "not registered" in error or "NotFound" in error
 
 
+@pytest.mark.parametrize("tf_config,message", [
+    (None, "TF_CONFIG is not set"),
+    ('{"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0}}',
+     "runs worker or ps tasks"),
+])
+def test_server_says_what_is_wrong_with_tf_config(tf_config, message):
+  env = _env()
+  env.pop("TF_CONFIG", None)
+  if tf_config:
+    env["TF_CONFIG"] = tf_config
+  proc = subprocess.run([sys.executable, "-m", "tf_opt_ops.server"], env=env, capture_output=True,
+                        text=True, timeout=120, check=False)
+  assert proc.returncode != 0
+  assert message in proc.stderr
+
+
 if __name__ == "__main__":
   {"chief": chief, "chief_without_library": chief_without_library}[sys.argv[1]](sys.argv[2])
