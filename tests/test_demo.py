@@ -2,6 +2,9 @@
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -71,6 +74,15 @@ def test_roc_auc_against_pairs():
   assert demo.roc_auc(labels, scores) == pytest.approx(expected)
 
 
+def check_curve(run, evaluations):
+  """Held-out points against training seconds: increasing time, the last one is the table's."""
+  seconds = [p[0] for p in run["curve"]]
+  assert len(run["curve"]) == evaluations
+  assert seconds[0] == 0 and all(b > a for a, b in zip(seconds, seconds[1:]))
+  assert run["curve"][-1][1:] == [run["auc"], run["log_loss"]]
+  assert run["curve"][-1][2] < run["curve"][0][2]  # it learned: held-out log loss went down
+
+
 def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   out = tmp_path / "out"
   code = demo.main([
@@ -87,10 +99,42 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   router, adam = result["runs"]
   assert router["name"].startswith("tf_opt_ops MultiOptimizer") and adam["name"] == "Keras Adam"
   for run in (router, adam):
-    assert set(run) == {"name", "auc", "log_loss", "mean_step_ms", "examples_per_second"}
+    assert set(run) == {"name", "auc", "log_loss", "mean_step_ms", "examples_per_second", "curve"}
     assert run["mean_step_ms"] > 0 and run["examples_per_second"] > 0
     assert 0 < run["log_loss"] < 1
+    check_curve(run, evaluations=1 + 2 * 4)  # at the start, then 4 per epoch
   assert router["auc"] > 0.6, router  # planted data: clearly better than chance
   with open(out / "demo.png", "rb") as f:
     assert f.read(8) == PNG_MAGIC
   assert os.path.getsize(out / "demo.png") > 10_000
+
+
+def test_cluster_strategies_need_a_tf_keras_flavor(capsys):
+  with pytest.raises(SystemExit):
+    demo.parse_args(["--strategy", "parameter-server", "--flavor", "keras"])
+  assert "needs --flavor tf_keras or legacy" in capsys.readouterr().err
+  assert demo.parse_args(["--strategy", "multi-worker"]).flavor == "tf_keras"
+
+
+@pytest.mark.parametrize("strategy", ["parameter-server", "multi-worker"])
+def test_demo_on_a_localhost_cluster(tmp_path, strategy):
+  """The demo as `make demo ARGS="--strategy ..."` runs it: the table, and no task left behind."""
+  out = tmp_path / "out"
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(demo.__file__)))
+  proc = subprocess.run([
+      sys.executable, "-m", "tf_opt_ops.demo", "--strategy", strategy, "--users", "1000", "--items",
+      "300", "--examples", "20000", "--epochs", "1", "--evals-per-epoch", "2", "--batch-size",
+      "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--out",
+      str(out)
+  ], env=env, capture_output=True, text=True, timeout=400, check=False)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  assert "| run | AUC | log loss | mean step (ms) | examples/s | speedup vs Adam |" in proc.stdout
+  pids = [int(p) for p in re.search(r"PIDs ([\d, ]+)", proc.stdout).group(1).split(", ")]
+  assert len(pids) == (4 if strategy == "parameter-server" else 2)
+  for pid in pids:  # every task it started has exited (and was reaped)
+    assert not os.path.exists(f"/proc/{pid}"), pid
+  with open(out / "results.json") as f:
+    result = json.load(f)
+  assert result["strategy"] == strategy and result["flavor"] == "tf_keras"
+  for run in result["runs"]:
+    check_curve(run, evaluations=1 + 2)

@@ -23,6 +23,7 @@ from tf_opt_ops import _standard_ops
 from tf_opt_ops import ops
 from tf_opt_ops._convert import adam_scalars
 from tf_opt_ops._convert import handle
+from tf_opt_ops._convert import scalar
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._convert import value_dtype
 
@@ -86,7 +87,7 @@ def _split_gradient(var, grad, indices):
 
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
-              indices=None, fused_dense=False):
+              indices=None, fused_dense=False, on_mesh=False):
   """Lazy Adam on `var` with slots `m`, `v`; the math is the op's (`ops.sparse_lazy_adam`).
 
   `grad` is a `tf.IndexedSlices` (or its values with `indices` given): only the
@@ -95,10 +96,16 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   tf_keras' legacy Adam runs), else the arithmetic of Keras 3's and tf_keras'
   `Adam.update_step`, so dense results equal the flavor's own Adam. `step` is
   the 1-based step t; the hyperparameters may be numbers, tensors, variables or
-  callables.
+  callables. `on_mesh`: the variables are DTensors, updated in standard ops in
+  the formulation DTensor can lay out (every row computed, the touched ones
+  written; see `_standard_ops`).
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
+  if on_mesh:
+    if indices is None:
+      return _standard_ops.dense_adam(var, m, v, grad, **hypers)
+    return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, masked=True, **hypers)
   if indices is not None and in_xla_context():
     _log_fallback_once("LazyAdam")
     return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, **hypers)
@@ -124,32 +131,118 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
 def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
                    use_standard_accumulator_update, clipping_factor=None, use_locking=False,
-                   indices=None):
+                   indices=None, scale=None, on_mesh=False):
   """Clippy Adagrad on `var` with accumulator `accum`; returns the scale.
 
   The math is the op's (`ops.clippy_adagrad`). A sparse `grad`
   (`tf.IndexedSlices`, or values with `indices`) updates the named rows only.
-  When `clipping_factor` (a scalar variable) is given, the scale is assigned to it.
+  A given `scale` (a scalar tensor) is applied instead of the one `var`'s own
+  values give: the scale of the sharded variable `var` is a shard of (see
+  `sharded_clippy_scales`). When `clipping_factor` (a scalar variable) is
+  given, the scale is assigned to it. `on_mesh`: as for `lazy_adam` (the
+  scale's minimum is then a reduction over the mesh).
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
-  grad, indices, _ = _split_gradient(var, grad, indices)
+  grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
                 accumulator_relative_threshold=accumulator_relative_threshold,
                 absolute_threshold=absolute_threshold)
   flags = dict(clip_accumulator_update=bool(clip_accumulator_update),
                use_standard_accumulator_update=bool(use_standard_accumulator_update))
-  if in_xla_context():
-    _log_fallback_once("ClippyAdagrad")
-    scale = _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags)
-  elif indices is not None:
-    scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking, **hypers,
-                                      **flags)
+  if on_mesh or in_xla_context():
+    if not on_mesh:
+      _log_fallback_once("ClippyAdagrad")
+    return _assign_factor(
+        clipping_factor,
+        _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags, scale=scale,
+                                     masked=on_mesh))
+  if scale is not None:
+    scale = tf.cast(scale, scalar_dtype(dtype))
+    grad, hypers, flags = _with_given_scale(grad, scale, hypers, flags)
+  if indices is not None:
+    op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
+                                         **hypers, **flags)
   else:
-    scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags)
-  if clipping_factor is not None:
-    value = tf.cast(scale, tf.as_dtype(clipping_factor.dtype))
-    tf.raw_ops.AssignVariableOp(resource=handle(clipping_factor), value=value)
-  return scale
+    op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags)
+  if scale is not None:
+    # The op's own scale is 1 here; the factor and the caller get the given one,
+    # once the update has run.
+    with tf.control_dependencies([op_scale]):
+      return _assign_factor(clipping_factor, tf.identity(scale))
+  return _assign_factor(clipping_factor, op_scale)
+
+
+def _with_given_scale(grad, scale, hypers, flags):
+  """The op's inputs that make it apply `scale` instead of its own: (grad, hypers, flags).
+
+  An infinite absolute threshold makes every element's max_delta / |delta|
+  infinite, so the op's own scale is 1; the given scale then goes into the
+  rate (delta * scale = (lr * scale) * g * p), or, when the accumulator takes
+  the clipped gradient, into the gradient itself (then the accumulator adds
+  (g * scale)^2 with the flag off). Equal to applying the scale after the
+  step to float32 rounding.
+  """
+  hypers = dict(hypers, absolute_threshold=float("inf"))
+  if flags["clip_accumulator_update"]:
+    grad = tf.cast(tf.cast(grad, scale.dtype) * scale, grad.dtype)
+    flags = dict(flags, clip_accumulator_update=False)
+  else:
+    hypers["lr"] = scalar(hypers["lr"], scale.dtype) * scale
+  return grad, hypers, flags
+
+
+def _assign_factor(clipping_factor, scale):
+  if clipping_factor is None:
+    return scale
+  value = tf.cast(scale, tf.as_dtype(clipping_factor.dtype))
+  with tf.control_dependencies(
+      [tf.raw_ops.AssignVariableOp(resource=handle(clipping_factor), value=value)]):
+    return tf.identity(scale)
+
+
+def sharded_container(var):
+  """The `ShardedVariable` `var` is a shard of, or None."""
+  container = getattr(var, "_sharded_container", None)
+  return container() if container is not None else None
+
+
+def sharded_clippy_scales(grads_and_vars, key, accumulator, lr, **options):
+  """{key(shard): the clipping scale of the whole variable} for the shards in `grads_and_vars`.
+
+  A sharded variable is one variable: its scale is the minimum of its shards'
+  scales (NaN if any is NaN), the number one device computes for the whole
+  table. Each shard's scale is computed where the shard lives, reading only
+  the rows its gradient names, so only scalars move. `accumulator(shard)` and
+  `lr(shard)` are the shard's accumulator and rate; `options` are
+  `clippy_adagrad`'s other hyperparameters and flags. Empty when nothing is
+  sharded. Why: see docs/design.md, "Invariants".
+  """
+  shards_of = {}
+  for grad, var in grads_and_vars:
+    container = sharded_container(var)
+    if grad is not None and container is not None:
+      shards_of.setdefault(id(container), []).append((grad, var))
+  scales = {}
+  for pairs in shards_of.values():
+    shard_scales = []
+    for grad, var in pairs:
+      grad, indices, _ = _split_gradient(var, grad, None)
+      with tf.device(var.device):
+        shard_scales.append(
+            _standard_ops.clippy_scale(var, accumulator(var), grad, indices, lr=lr(var), **options))
+    shard_scales = tf.stack(shard_scales)
+    nan = tf.constant(float("nan"), shard_scales.dtype)
+    scale = tf.where(tf.reduce_any(tf.math.is_nan(shard_scales)), nan, tf.reduce_min(shard_scales))
+    for _, var in pairs:
+      scales[key(var)] = scale
+  return scales
+
+
+class _StepScales:
+  """The scales of the sharded variables in the step being built (not optimizer state)."""
+
+  def __init__(self):
+    self.scales = {}
 
 
 class ClippyAdagradMixin:
@@ -173,6 +266,7 @@ class ClippyAdagradMixin:
     self.export_clipping_factors = export_clipping_factors
     self.clip_accumulator_update = clip_accumulator_update
     self.use_standard_accumulator_update = use_standard_accumulator_update
+    self._step_scales = _StepScales()
 
   def _clippy_config(self):
     return {
@@ -186,14 +280,30 @@ class ClippyAdagradMixin:
         "use_standard_accumulator_update": self.use_standard_accumulator_update,
     }
 
-  def _clippy_apply(self, grad, var, accum, clipping_factor, lr, use_locking=False, indices=None):
-    return clippy_adagrad(var, accum, grad, lr=lr, epsilon=self.epsilon,
-                          variable_relative_threshold=self.variable_relative_threshold,
-                          accumulator_relative_threshold=self.accumulator_relative_threshold,
-                          absolute_threshold=self.absolute_threshold,
-                          clip_accumulator_update=self.clip_accumulator_update,
-                          use_standard_accumulator_update=self.use_standard_accumulator_update,
-                          clipping_factor=clipping_factor, use_locking=use_locking, indices=indices)
+  def _clippy_options(self):
+    return dict(epsilon=self.epsilon, variable_relative_threshold=self.variable_relative_threshold,
+                accumulator_relative_threshold=self.accumulator_relative_threshold,
+                absolute_threshold=self.absolute_threshold,
+                clip_accumulator_update=self.clip_accumulator_update,
+                use_standard_accumulator_update=self.use_standard_accumulator_update)
+
+  def _compute_sharded_scales(self, grads_and_vars, key, accumulator, lr):
+    """Before the per-variable updates of a step: the scales of the sharded variables.
+
+    Kept for `_clippy_apply` until the next step; `lr(var)` is the rate as the
+    update of `var` resolves it.
+    """
+    grads_and_vars = list(grads_and_vars)
+    self._step_scales.scales = sharded_clippy_scales(grads_and_vars, key, accumulator, lr,
+                                                     **self._clippy_options())
+    return grads_and_vars
+
+  def _clippy_apply(self, grad, var, accum, clipping_factor, lr, use_locking=False, indices=None,
+                    key=None, on_mesh=False):
+    scale = self._step_scales.scales.get(key) if key is not None else None
+    return clippy_adagrad(var, accum, grad, lr=lr, clipping_factor=clipping_factor,
+                          use_locking=use_locking, indices=indices, scale=scale, on_mesh=on_mesh,
+                          **self._clippy_options())
 
 
 # The class docstrings every flavor shares; each formula is stated once, in its op's doc.

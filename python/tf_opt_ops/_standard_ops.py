@@ -31,10 +31,24 @@ def deduplicate(values, indices):
   return summed, unique
 
 
+class _Touched:
+  """The rows a sparse gradient names, as a boolean mask over every row.
+
+  The formulation a DTensor mesh can lay out (it has no layout propagation
+  for gathers, scatters or custom ops): read every row, compute every row,
+  and write back `where(touched, new, old)`, so that untouched rows keep
+  their bits as with the sparse update. Why: see docs/design.md, "Choices".
+  """
+
+  def __init__(self, indices, rows, rank):
+    touched = tf.math.unsorted_segment_sum(tf.ones_like(indices, tf.int32), indices, rows) > 0
+    self.mask = tf.reshape(touched, [-1] + [1] * (rank - 1))
+
+
 def _read(variable, stored, rows, dtype):
-  """The `rows` of `variable` (all when `rows` is None), stored as `stored`, cast to `dtype`."""
+  """The `rows` of `variable` (all for None or `_Touched`), stored as `stored`, cast to `dtype`."""
   h = handle(variable)
-  if rows is None:
+  if rows is None or isinstance(rows, _Touched):
     value = tf.raw_ops.ReadVariableOp(resource=h, dtype=stored)
   else:
     value = tf.raw_ops.ResourceGather(resource=h, indices=rows, dtype=stored)
@@ -45,22 +59,30 @@ def _write(variable, stored, rows, value):
   """Stores `value`, rounded to `stored`, into the `rows` of `variable` (all when None)."""
   h = handle(variable)
   value = tf.cast(value, stored)
-  if rows is None:
+  if isinstance(rows, _Touched):
+    old = tf.raw_ops.ReadVariableOp(resource=h, dtype=stored)
+    value = tf.where(rows.mask, value, old)
+  if rows is None or isinstance(rows, _Touched):
     return tf.raw_ops.AssignVariableOp(resource=h, value=value)
   return tf.raw_ops.ResourceScatterUpdate(resource=h, indices=rows, updates=value)
 
 
-def _gradient(var, grad, indices):
+def _gradient(var, grad, indices, masked=False):
   """(the dtype `var` stores, the gradient in the compute dtype, the rows it names or None).
 
   The gradient is first rounded to the stored dtype, as the fused ops take it;
-  with `indices`, the rows that share an index are summed.
+  with `indices`, the rows that share an index are summed. With `masked`, the
+  gradient is dense (zero on rows not named) and the rows are a `_Touched`.
   """
   grad = tf.convert_to_tensor(grad)
   stored = value_dtype(var, grad)
   g = tf.cast(tf.cast(grad, stored), scalar_dtype(stored))
   if indices is None:
     return stored, g, None
+  if masked:
+    rows = var.shape[0]
+    return stored, tf.math.unsorted_segment_sum(g, indices,
+                                                rows), _Touched(indices, rows, var.shape.rank)
   g, rows = deduplicate(g, indices)
   return stored, g, rows
 
@@ -68,8 +90,8 @@ def _gradient(var, grad, indices):
 # ----------------------------------------------------------------------------- Adam
 
 
-def _adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step):
-  stored, g, rows = _gradient(var, grad, indices)
+def _adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step, masked=False):
+  stored, g, rows = _gradient(var, grad, indices, masked)
   s = scalar_dtype(stored)
   scalars, one_minus = adam_scalars(s, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                                     step=step)
@@ -84,15 +106,16 @@ def _adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step):
   return tf.group(*[_write(x, stored, rows, new) for x, new in zip((var, m, v), (w, m_t, v_t))])
 
 
-def sparse_lazy_adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step):
+def sparse_lazy_adam(var, m, v, grad, indices, *, lr, beta_1, beta_2, epsilon, step, masked=False):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   `step` is the 1-based step t of Adam's bias correction; with `step=None`,
   `lr` is taken as the step's already corrected rate (as TF Addons' `LazyAdam`
-  computes it before its row update). Returns the update op.
+  computes it before its row update). With `masked`, every row is computed
+  and only the named ones written (`_Touched`). Returns the update op.
   """
   return _adam(var, m, v, grad, indices, lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-               step=step)
+               step=step, masked=masked)
 
 
 def dense_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step):
@@ -104,30 +127,67 @@ def dense_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step):
 # ----------------------------------------------------------------------------- Clippy Adagrad
 
 
-def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
-                   accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
-                   use_standard_accumulator_update):
-  """Clippy Adagrad on `var` with accumulator `accum`; returns the clipping scale.
+def _clippy_terms(var, accum, grad, indices, hypers, use_standard_accumulator_update, masked=False):
+  """What both passes of Clippy Adagrad read: (stored dtype, rows, g, w, a, p, delta, hypers).
 
-  With `indices`, only the rows they name (duplicates summed) are read and
-  written, and the scale is the minimum over those rows.
+  `a` is the accumulator the step divides by (already incremented by g^2 with
+  the standard accumulator update); nothing is written.
   """
-  stored, g, rows = _gradient(var, grad, indices)
+  stored, g, rows = _gradient(var, grad, indices, masked)
   s = scalar_dtype(stored)
-  hypers = clippy_scalars(s, lr=lr, epsilon=epsilon,
-                          variable_relative_threshold=variable_relative_threshold,
-                          accumulator_relative_threshold=accumulator_relative_threshold,
-                          absolute_threshold=absolute_threshold)
+  hypers = clippy_scalars(s, **hypers)
   w, a = _read(var, stored, rows, s), _read(accum, stored, rows, s)
   if use_standard_accumulator_update:
     a = a + g * g
   p = tf.math.rsqrt(a + hypers["epsilon"])
   delta = hypers["lr"] * g * p
+  return stored, rows, g, w, a, p, delta, hypers
+
+
+def _clippy_scale(w, p, delta, hypers):
   max_delta = (hypers["variable_relative_threshold"] * tf.abs(w) +
                hypers["accumulator_relative_threshold"] * p + hypers["absolute_threshold"])
   per_element = tf.where(tf.equal(delta, 0), tf.ones_like(delta),
                          tf.math.divide_no_nan(max_delta, tf.abs(delta)))
-  scale = tf.minimum(tf.ones([], delta.dtype), tf.reduce_min(per_element))
+  return tf.minimum(tf.ones([], delta.dtype), tf.reduce_min(per_element))
+
+
+def clippy_scale(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
+                 accumulator_relative_threshold, absolute_threshold,
+                 use_standard_accumulator_update, **unused_flags):
+  """The clipping scale Clippy Adagrad would apply to `var` now; reads, writes nothing.
+
+  The first pass alone: for a shard of a sharded variable, whose scale is the
+  minimum of its shards' scales (Why: see docs/design.md, "Invariants").
+  """
+  hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
+                accumulator_relative_threshold=accumulator_relative_threshold,
+                absolute_threshold=absolute_threshold)
+  _, _, _, w, _, p, delta, hypers = _clippy_terms(var, accum, grad, indices, hypers,
+                                                  use_standard_accumulator_update)
+  return _clippy_scale(w, p, delta, hypers)
+
+
+def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_relative_threshold,
+                   accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
+                   use_standard_accumulator_update, scale=None, masked=False):
+  """Clippy Adagrad on `var` with accumulator `accum`; returns the clipping scale.
+
+  With `indices`, only the rows they name (duplicates summed) are read and
+  written, and the scale is the minimum over those rows (with `masked`, every
+  row is computed, only the named ones written: a row with no gradient has
+  delta 0, whose ratio 1 leaves the minimum alone). A given `scale` is applied
+  instead of the one `var`'s own values give.
+  """
+  hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
+                accumulator_relative_threshold=accumulator_relative_threshold,
+                absolute_threshold=absolute_threshold)
+  stored, rows, g, w, a, p, delta, hypers = _clippy_terms(var, accum, grad, indices, hypers,
+                                                          use_standard_accumulator_update, masked)
+  if scale is None:
+    scale = _clippy_scale(w, p, delta, hypers)
+  else:
+    scale = tf.cast(scale, delta.dtype)
   if not use_standard_accumulator_update:
     update = g * scale if clip_accumulator_update else g
     a = a + update * update

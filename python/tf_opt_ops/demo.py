@@ -1,12 +1,23 @@
 """The main job: train a small recommender with tf_opt_ops against Keras Adam.
 
     python -m tf_opt_ops.demo [--data ratings.csv] [--flavor keras|tf_keras|legacy] [--out demo_out]
+        [--strategy one-device|parameter-server|multi-worker]
 
 Two runs on the same data, seeds and epochs: (1) `MultiOptimizer` with
 `LazyAdam` on the embedding tables and `ClippyAdagrad` on the MLP tower,
-(2) Keras `Adam` on everything. Prints a table (AUC, log loss, step time,
-examples per second, speedup), and writes it as JSON with a PNG of loss curves
-and throughput into --out.
+(2) Keras `Adam` on everything. Prints a table (held-out AUC and log loss,
+step time, examples per second, speedup), and writes it as JSON with a PNG of
+held-out AUC and log loss against training wall-clock seconds into --out
+(the training loss would flatter Adam, which overfits the tables).
+
+--strategy parameter-server starts a localhost cluster (2 workers and 2
+parameter servers, `python -m tf_opt_ops.server`), shards every variable over
+the parameter servers and trains from this process, the chief;
+--strategy multi-worker starts 2 worker processes running this demo under
+`MultiWorkerMirroredStrategy`, and worker 0 reports. Both stop every process
+they started. Keras 3 cannot train under either (sharded variables; its
+`model.fit` under MultiWorkerMirroredStrategy), so they use --flavor tf_keras
+unless told legacy.
 
 Data: by default click logs generated with a planted ground truth (users and
 items with latent vectors, popularity skewed like real catalogues, so each
@@ -16,6 +27,7 @@ as positives.
 """
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import json
@@ -26,6 +38,8 @@ import time
 import numpy as np
 
 FLAVORS = ("keras", "tf_keras", "legacy")
+STRATEGIES = ("one-device", "parameter-server", "multi-worker")
+CLUSTER_FLAVORS = ("tf_keras", "legacy")  # what each cluster strategy can train
 
 
 # ------------------------------------------------------------------- data
@@ -166,26 +180,6 @@ def adam_optimizer(flavor, keras, learning_rate):
   return keras.optimizers.Adam(learning_rate=learning_rate)
 
 
-def step_timer(keras):
-  """A callback recording each training step's wall time and loss."""
-
-  class StepTimer(keras.callbacks.Callback):
-
-    def __init__(self):
-      super().__init__()
-      self.step_seconds, self.losses = [], []
-      self._start = 0.0
-
-    def on_train_batch_begin(self, batch, logs=None):
-      self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-      self.step_seconds.append(time.perf_counter() - self._start)
-      self.losses.append(float((logs or {}).get("loss", np.nan)))
-
-  return StepTimer()
-
-
 def roc_auc(labels, scores):
   """Area under the ROC curve (rank statistic, ties averaged)."""
   order = np.argsort(scores, kind="mergesort")
@@ -208,26 +202,91 @@ def log_loss(labels, scores):
   return float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
 
 
-def train_run(name, flavor, data, args, make_optimizer):
+def held_out_scores(model, users, items, chunk=8192):
+  """The model's click probabilities, computed here in chunks (under any strategy)."""
+  return np.concatenate([
+      np.asarray(model({"user": users[i:i + chunk], "item": items[i:i + chunk]},
+                       training=False)).ravel() for i in range(0, len(users), chunk)
+  ])
+
+
+def held_out_curve(keras, model, test):
+  """A callback: after each (short) epoch, the training seconds so far, held-out AUC, log loss.
+
+  Training time is summed over the epochs only, so evaluating costs nothing
+  on the curve's time axis.
+  """
+  users, items, labels = test
+
+  class HeldOutCurve(keras.callbacks.Callback):
+
+    def __init__(self):
+      super().__init__()
+      self.points, self.epoch_seconds = [], []
+      self._start = 0.0
+
+    def on_train_begin(self, logs=None):
+      self._evaluate()  # the starting point, at 0 seconds
+
+    def on_epoch_begin(self, epoch, logs=None):
+      self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+      self.epoch_seconds.append(time.perf_counter() - self._start)
+      self._evaluate()
+
+    def _evaluate(self):
+      scores = held_out_scores(model, users, items)
+      auc, loss = roc_auc(labels, scores), log_loss(labels, scores)
+      self.points.append((sum(self.epoch_seconds), auc, loss))
+
+  return HeldOutCurve()
+
+
+def training_data(train, args, flavor, strategy):
+  """Shuffled batches, repeated; for a parameter-server strategy a `DatasetCreator`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  users, items, labels = train
+
+  def dataset(input_context=None):
+    del input_context  # the coordinator gives each worker the same stream
+    return tf.data.Dataset.from_tensor_slices(
+        ({"user": users,
+          "item": items}, labels)).shuffle(len(labels),
+                                           seed=args.seed).batch(args.batch_size,
+                                                                 drop_remainder=True).repeat()
+
+  if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    return keras_module(flavor).utils.experimental.DatasetCreator(dataset)
+  return dataset()
+
+
+def train_run(name, flavor, data, args, make_optimizer, strategy=None, verbose=True):
   keras = keras_module(flavor)
-  (train_u, train_i, train_y), (test_u, test_i, test_y) = data.split(0.1, args.seed)
-  model = build_model(keras, data, args.embedding_dim, args.seed)
-  model.compile(optimizer=make_optimizer(keras, model), loss="binary_crossentropy")
-  timer = step_timer(keras)
-  print(f"\n== {name} ({flavor}) ==", flush=True)
-  model.fit({"user": train_u, "item": train_i}, train_y, batch_size=args.batch_size,
-            epochs=args.epochs, shuffle=True, verbose=1 if sys.stdout.isatty() else 2,
-            callbacks=[timer])
-  scores = model.predict({"user": test_u, "item": test_i}, batch_size=8192, verbose=0).ravel()
-  # The first step of each run traces the graph: leave it out of the step time.
-  steps = np.array(timer.step_seconds[1:] or timer.step_seconds)
+  train, test = data.split(0.1, args.seed)
+  test = tuple(a[:args.eval_examples] for a in test)
+  with strategy.scope() if strategy is not None else contextlib.nullcontext():
+    model = build_model(keras, data, args.embedding_dim, args.seed)
+    model.compile(optimizer=make_optimizer(keras, model), loss="binary_crossentropy")
+  # Each epoch in `evals_per_epoch` parts, each ending in a held-out evaluation.
+  steps = max(1, len(train[2]) // args.batch_size // args.evals_per_epoch)
+  curve = held_out_curve(keras, model, test)
+  if verbose:
+    print(f"\n== {name} ({flavor}) ==", flush=True)
+  model.fit(training_data(train, args, flavor, strategy), epochs=args.epochs * args.evals_per_epoch,
+            steps_per_epoch=steps, verbose=(1 if sys.stdout.isatty() else 2) if verbose else 0,
+            callbacks=[curve])
+  # The first part traces the graph: leave it out of the step time.
+  timed = curve.epoch_seconds[1:] or curve.epoch_seconds
+  step_seconds = sum(timed) / (len(timed) * steps)
+  _, auc, loss = curve.points[-1]
   return {
       "name": name,
-      "auc": roc_auc(test_y, scores),
-      "log_loss": log_loss(test_y, scores),
-      "mean_step_ms": float(1e3 * steps.mean()),
-      "examples_per_second": float(args.batch_size / steps.mean()),
-      "losses": timer.losses,
+      "auc": auc,
+      "log_loss": loss,
+      "mean_step_ms": float(1e3 * step_seconds),
+      "examples_per_second": float(args.batch_size / step_seconds),
+      "curve": [list(p) for p in curve.points],
   }
 
 
@@ -249,15 +308,15 @@ def plot(runs, path, title):
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
   for r in runs:
-    ax1.plot(np.arange(1, len(r["losses"]) + 1), r["losses"], label=r["name"])
-  ax1.set_xlabel("training step")
-  ax1.set_ylabel("training loss (running mean per epoch)")
-  ax1.set_title("Loss")
-  ax1.legend()
-  names = [r["name"] for r in runs]
-  ax2.bar(names, [r["examples_per_second"] for r in runs], color=["tab:blue", "tab:orange"])
-  ax2.set_ylabel("examples per second")
-  ax2.set_title("Training throughput")
+    seconds, auc, loss = np.array(r["curve"]).T
+    ax1.plot(seconds, auc, marker="o", label=r["name"])
+    ax2.plot(seconds, loss, marker="o", label=r["name"])
+  ax1.set_ylabel("held-out AUC (higher is better)")
+  ax2.set_ylabel("held-out log loss (lower is better)")
+  for ax, what in ((ax1, "AUC"), (ax2, "Log loss")):
+    ax.set_xlabel("training wall-clock seconds")
+    ax.set_title(f"Held-out {what}")
+    ax.legend()
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
@@ -270,8 +329,12 @@ def parse_args(argv):
   parser.add_argument(
       "--data", help="ratings CSV (userId,movieId,rating,timestamp); "
       "default: generated clicks with a planted ground truth")
-  parser.add_argument("--flavor", choices=FLAVORS, default="keras",
-                      help="Keras API: keras (Keras 3), tf_keras, legacy (tf_keras OptimizerV2)")
+  parser.add_argument(
+      "--flavor", choices=FLAVORS, default=None,
+      help="Keras API: keras (Keras 3), tf_keras, legacy (tf_keras OptimizerV2); default keras, "
+      "tf_keras for the cluster strategies")
+  parser.add_argument("--strategy", choices=STRATEGIES, default="one-device",
+                      help="where to train: this process, or a localhost cluster it starts")
   parser.add_argument("--epochs", type=int, default=2)
   parser.add_argument("--batch-size", type=int, default=1024)
   parser.add_argument("--embedding-dim", type=int, default=32)
@@ -279,43 +342,113 @@ def parse_args(argv):
   parser.add_argument("--users", type=int, default=200_000, help="generated data only")
   parser.add_argument("--items", type=int, default=50_000, help="generated data only")
   parser.add_argument("--examples", type=int, default=600_000, help="generated data only")
+  parser.add_argument("--evals-per-epoch", type=int, default=4,
+                      help="held-out evaluations per epoch (the points of the curves)")
+  parser.add_argument("--eval-examples", type=int, default=20_000,
+                      help="held-out examples evaluated at each point")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default="demo_out")
-  return parser.parse_args(argv)
+  parser.add_argument("--multi-worker-task", action="store_true", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.flavor is None:
+    args.flavor = "keras" if args.strategy == "one-device" else "tf_keras"
+  if args.strategy != "one-device" and args.flavor not in CLUSTER_FLAVORS:
+    parser.error(f"--strategy {args.strategy} needs --flavor tf_keras or legacy: Keras 3 cannot "
+                 "train sharded variables, nor run model.fit under MultiWorkerMirroredStrategy")
+  return args
+
+
+@contextlib.contextmanager
+def training_strategy(args):
+  """None on one device; else the strategy, and for a parameter-server one its cluster."""
+  if args.strategy == "one-device":
+    yield None
+    return
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if args.strategy == "multi-worker":
+    yield tf.distribute.MultiWorkerMirroredStrategy()  # this is one of its worker tasks
+    return
+  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
+  with LocalCluster(num_workers=2, num_ps=2) as cluster:
+    print(
+        f"cluster: {json.dumps(cluster.spec)}; task PIDs "
+        f"{', '.join(str(p.pid) for p in cluster.procs)}", flush=True)
+    partitioner = tf.distribute.experimental.partitioners.FixedShardsPartitioner(
+        len(cluster.spec["ps"]))
+    yield tf.distribute.experimental.ParameterServerStrategy(cluster.chief_resolver(),
+                                                             variable_partitioner=partitioner)
+    cluster.check_running()
+  print("cluster: stopped", flush=True)
+
+
+def launch_multi_worker(argv):
+  """Runs this demo as 2 MultiWorkerMirroredStrategy workers; worker 0 prints the report."""
+  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv[1:] if argv is None else argv) + ["--multi-worker-task"]
+  sys.stdout.flush()
+  with LocalCluster(
+      num_workers=2, num_ps=0, chief=False, stdout=None,
+      task_command=lambda job, index: [sys.executable, "-m", "tf_opt_ops.demo", *argv]) as cluster:
+    print(
+        f"workers: {json.dumps(cluster.spec)}; PIDs "
+        f"{', '.join(str(p.pid) for p in cluster.procs)}", flush=True)
+    codes = cluster.wait()
+    for proc, code in zip(cluster.procs, codes):
+      if code != 0:
+        print(f"demo: worker {proc.pid} failed ({code}):\n{cluster.error_output(proc)[-3000:]}",
+              file=sys.stderr)
+  print("workers: stopped", flush=True)
+  return 0 if all(code == 0 for code in codes) else 1
 
 
 def main(argv=None):
   args = parse_args(argv)
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  if args.strategy == "multi-worker" and not args.multi_worker_task:
+    return launch_multi_worker(argv)
   try:
     data = load_ratings(args.data) if args.data else planted_clicks(args.users, args.items,
                                                                     args.examples, seed=args.seed)
   except DataError as e:
     print(f"demo: {e}", file=sys.stderr)
     return 2
-  print(f"data: {data.source}; click rate {data.labels.mean():.3f}", flush=True)
   lr = args.learning_rate
-  runs = [
-      train_run("tf_opt_ops MultiOptimizer (LazyAdam + ClippyAdagrad)", args.flavor, data, args,
-                lambda keras, model: tf_opt_ops_optimizer(args.flavor, model, lr)),
-      train_run("Keras Adam", args.flavor, data, args,
-                lambda keras, model: adam_optimizer(args.flavor, keras, lr)),
-  ]
+  with training_strategy(args) as strategy:
+    # Under MultiWorkerMirroredStrategy every worker trains; worker 0 reports.
+    report = args.strategy != "multi-worker" or strategy.cluster_resolver.task_id == 0
+    if report:
+      print(f"data: {data.source}; click rate {data.labels.mean():.3f}; strategy {args.strategy}",
+            flush=True)
+    runs = [
+        train_run("tf_opt_ops MultiOptimizer (LazyAdam + ClippyAdagrad)", args.flavor, data, args,
+                  lambda keras, model: tf_opt_ops_optimizer(args.flavor, model, lr), strategy,
+                  verbose=report),
+        train_run("Keras Adam", args.flavor, data, args,
+                  lambda keras, model: adam_optimizer(args.flavor, keras, lr), strategy,
+                  verbose=report),
+    ]
+    # Before the cluster stops: this process's TensorFlow context is connected to it.
+    if report:
+      write_report(args, data, runs)
+  return 0
+
+
+def write_report(args, data, runs):
+  """Prints the table and writes results.json and the plot into --out."""
   os.makedirs(args.out, exist_ok=True)
   table = render_table(runs)
   result = {
-      "data": data.source, "flavor": args.flavor, "epochs": args.epochs,
-      "batch_size": args.batch_size, "embedding_dim": args.embedding_dim,
-      "runs": [{k: v for k, v in r.items() if k != "losses"} for r in runs]
+      "data": data.source, "flavor": args.flavor, "strategy": args.strategy, "epochs": args.epochs,
+      "batch_size": args.batch_size, "embedding_dim": args.embedding_dim, "runs": runs
   }
   with open(os.path.join(args.out, "results.json"), "w") as f:
     json.dump(result, f, indent=1)
   plot_path = os.path.join(args.out, "demo.png")
-  plot(runs, plot_path, f"{data.source}; flavor {args.flavor}; batch {args.batch_size}")
+  plot(runs, plot_path,
+       f"{data.source}; flavor {args.flavor}; {args.strategy}; batch {args.batch_size}")
   print("\n" + table)
   print(f"\nresults: {os.path.join(args.out, 'results.json')}")
-  print(f"plot: {plot_path}")
-  return 0
+  print(f"plot: {plot_path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ not be revived from a SavedModel (tf_keras' `RestoredOptimizer.add_slot` gives
 every slot its variable's shape).
 """
 
+import re
+
 import tensorflow as tf
 import tf_keras
 from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
@@ -27,6 +29,34 @@ __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", 
 
 
 class _LegacyMixin:
+
+  def _create_slots_for_sharded_variables(self, var_list):
+    """Also moves slots that a checkpoint restored whole into the shards' slots.
+
+    A checkpoint restored before the first step creates each slot with the
+    saved value, under its model variable, which for a sharded variable is
+    the `ShardedVariable`: one whole slot. OptimizerV2 then creates the slots
+    per shard (from zeros) and replaces the whole one, so training went on
+    from zeros. Its value goes into the `ShardedVariable` of the shards'
+    slots instead, each shard taking its rows (the checkpoint may have been
+    written with any sharding, or none). Why: see docs/design.md, "Invariants".
+    """
+    containers = {}
+    for var in var_list:
+      container = _core.sharded_container(var)
+      if container is not None:
+        containers[id(container)] = container
+    restored = []
+    for container in containers.values():
+      for slot_name, slot in self._slots.get(_var_key(container), {}).items():
+        if slot is not container:
+          restored.append((container, slot_name, slot))
+    super()._create_slots_for_sharded_variables(var_list)
+    for container, slot_name, whole in restored:
+      with tf.init_scope():
+        self.get_slot(container, slot_name).assign(whole.read_value())
+      # No longer a slot: not listed among the optimizer's weights either.
+      self._weights[:] = [w for w in self._weights if w is not whole]
 
   def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
     # The kernels (and the XLA fallback) sum duplicate indices themselves.
@@ -96,7 +126,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
         self._add_clipping_factor(var)
 
   def _add_clipping_factor(self, var):
-    """A scalar zeros weight of `var`'s dtype, keyed like `var`'s slots.
+    """A scalar zeros weight of `var`'s dtype, keyed like `var`'s slots; one for
+    all the shards of a sharded variable (Why: see docs/design.md, "Invariants").
 
     Not a slot: tf_keras' `RestoredOptimizer` (what `tf.saved_model.load`
     revives) gives every slot its variable's shape. As a named optimizer
@@ -104,13 +135,19 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     SavedModels (restored when created, like slots), and it is listed in
     `variables()` right after the variable's accumulator.
     """
-    key = _var_key(var)
+    key = _factor_key(var)
     if key in self._clipping_factors:
       return self._clipping_factors[key]
+    container = _core.sharded_container(var)
+    if container is not None:
+      var = container.variables[0]
     # The variable's name, made unique among this optimizer's factors (eager
     # variables need not have unique names); stable for the same variables in
     # the same order. The suffix keeps it apart from `iter` and hyperparameters.
-    base = str(getattr(var, "_shared_name", None) or var.name.split(":")[0]).replace("/", "_")
+    base = str(getattr(var, "_shared_name", None) or var.name.split(":")[0])
+    if container is not None:
+      base = re.sub(r"/part_\d+$", "", base)
+    base = base.replace("/", "_")
     name, n = f"{base}_clipping_factor", 0
     while name in self._clipping_factor_names:
       n += 1
@@ -138,7 +175,7 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     # (what `_apply` gets inside `strategy.extended.update`) to its distributed
     # variable. The factor is that strategy's distributed variable too, whose
     # `.handle` in the update context is this replica's component.
-    return self._clipping_factors[_var_key(var)]
+    return self._clipping_factors[_factor_key(var)]
 
   @property
   def clipping_factors(self):
@@ -147,10 +184,16 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
       return []
     return list(self._clipping_factors.values())
 
+  def _distributed_apply(self, distribution, grads_and_vars, apply_state, name):
+    grads_and_vars = self._compute_sharded_scales(grads_and_vars, _var_key,
+                                                  lambda var: self.get_slot(var, "accumulator"),
+                                                  self._lr)
+    return super()._distributed_apply(distribution, grads_and_vars, apply_state, name)
+
   def _apply(self, grad, var, indices=None):
     factor = self._get_clipping_factor(var) if self.export_clipping_factors else None
     return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor, self._lr(var),
-                              use_locking=self._use_locking, indices=indices)
+                              use_locking=self._use_locking, indices=indices, key=_var_key(var))
 
   def _resource_apply_dense(self, grad, var, apply_state=None):
     return self._apply(grad, var)
@@ -166,6 +209,12 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.
     })
     config.update(self._clippy_config())
     return config
+
+
+def _factor_key(var):
+  """The key of `var`'s clipping factor: that of its first shard for a shard."""
+  container = _core.sharded_container(var)
+  return _var_key(container.variables[0] if container is not None else var)
 
 
 # Our names, and the names of the classes we replace. Why: see docs/design.md,

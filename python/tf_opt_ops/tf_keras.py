@@ -8,6 +8,11 @@ ways. `jit_compile` defaults to False: the fused ops have no XLA kernels (inside
 XLA the optimizers fall back to standard ops).
 """
 
+import contextlib
+import functools
+import re
+
+import tensorflow as tf
 import tf_keras
 
 from tf_opt_ops import _core
@@ -42,6 +47,41 @@ class _TfKerasMixin:
     with _restore_hints.name_the_legacy_class(self):
       return super()._create_or_restore_slot_variable(*args, **kwargs)
 
+  @property
+  def _on_mesh(self):
+    """True under DTensor (`mesh=`): updates in the formulation DTensor can lay out."""
+    return bool(self._mesh or self._run_with_dtensor)
+
+  @contextlib.contextmanager
+  def _restoring_into_shards(self, var_list):
+    """Around `build`: a checkpoint restored before it reaches the state of sharded variables.
+
+    tf_keras' optimizer restores its state by position in its lists
+    (`_variables`, `_momentums`, ...), and joins the shards of a sharded
+    variable's slots into one `ShardedVariable` only when it is built. A
+    restore pending from before `build` would be applied while the lists
+    fill, to single shards and lists that do not line up with the
+    checkpoint: the slots silently kept their initial values. Here the
+    pending restore waits until the state is complete and joined, then
+    restores into the `ShardedVariable`s, each shard taking its rows (the
+    checkpoint may have been written with any sharding, or none). Why: see
+    docs/design.md, "Invariants".
+    """
+    pending = {}
+    if not getattr(self, "_built", False) and any(
+        _core.sharded_container(v) is not None for v in var_list):
+      pending = dict(self._deferred_dependencies)
+      self._deferred_dependencies.clear()
+    yield
+    if not pending:
+      return
+    self.__dict__.pop("_coalesced_children", None)  # joined from the lists, now complete
+    children = self._trackable_children()
+    for name, positions in pending.items():
+      self._deferred_dependencies[name] = positions
+      if name in children:
+        self._handle_deferred_dependencies(name=name, trackable=children[name])
+
 
 class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
@@ -55,11 +95,15 @@ class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
 
+  def build(self, var_list):
+    with self._restoring_into_shards(var_list):
+      super().build(var_list)
+
   def update_step(self, gradient, variable):
     index = self._index(variable)
     return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                            lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                           epsilon=self.epsilon, step=self.iterations + 1)
+                           epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh)
 
 
 class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.Optimizer):
@@ -85,6 +129,10 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     self.clipping_factors = []
 
   def build(self, var_list):
+    with self._restoring_into_shards(var_list):
+      self._build_state(var_list)
+
+  def _build_state(self, var_list):
     # Same variables, names and order as TensorFlow Recommenders' ClippyAdagrad.
     super().build(var_list)
     if getattr(self, "_built", False):
@@ -92,26 +140,66 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     self._built = True
     self._accumulators = []
     self.clipping_factors = []
+    # _var_key(model variable) -> its clipping factor. The shards of a sharded
+    # variable share one, created after the last shard's accumulator (Why: see
+    # docs/design.md, "Invariants").
+    self._factor_of = self._no_dependency({})
+    shards_seen = {}
     initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
+      if self._mesh:
+        # With the variable's layout (a callable is not copied to a replicated one).
+        initial_value = functools.partial(_filled_like, var, self.initial_accumulator_value)
+      else:
+        initial_value = initializer(shape=var.shape, dtype=var.dtype)
       self._accumulators.append(
-          self.add_variable_from_reference(
-              var, "accumulator", initial_value=initializer(shape=var.shape, dtype=var.dtype)))
-      if self.export_clipping_factors:
-        self.clipping_factors.append(
-            self.add_variable_from_reference(var, "clipping_factor", shape=()))
+          self.add_variable_from_reference(var, "accumulator", initial_value=initial_value))
+      if not self.export_clipping_factors:
+        continue
+      container = _core.sharded_container(var)
+      if container is None:
+        factor = self.add_variable_from_reference(
+            var,
+            "clipping_factor",
+            shape=(),
+            # Under a mesh a scalar needs an initial value (else: zeros like `var`).
+            initial_value=tf.zeros((), var.dtype) if self._mesh else None)
+        self._add_clipping_factor(factor, [var])
+        continue
+      shards = shards_seen.setdefault(id(container), [])
+      shards.append(var)
+      if len(shards) == len(container.variables):
+        name = re.sub(r"/part_\d+$", "", var._shared_name)
+        factor = self.add_variable(shape=(), dtype=var.dtype, name=f"clipping_factor/{name}")
+        self._add_clipping_factor(factor, shards)
+
+  def _add_clipping_factor(self, factor, model_variables):
+    self.clipping_factors.append(factor)
+    for var in model_variables:
+      self._factor_of[self._var_key(var)] = factor
+
+  def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
+    grads_and_vars = self._compute_sharded_scales(grads_and_vars, self._var_key,
+                                                  lambda var: self._accumulators[self._index(var)],
+                                                  lambda var: self.learning_rate)
+    return super()._distributed_apply_gradients_fn(distribution, grads_and_vars, **kwargs)
 
   def update_step(self, gradient, variable):
-    index = self._index(variable)
-    factor = self.clipping_factors[index] if self.export_clipping_factors else None
-    return self._clippy_apply(gradient, variable, self._accumulators[index], factor,
-                              self.learning_rate)
+    key = self._var_key(variable)
+    factor = self._factor_of[key] if self.export_clipping_factors else None
+    return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)], factor,
+                              self.learning_rate, key=key, on_mesh=self._on_mesh)
 
   def get_config(self):
     config = super().get_config()
     config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
     config.update(self._clippy_config())
     return config
+
+
+def _filled_like(variable, value):
+  """`value` in every element of a tensor shaped and laid out like `variable`."""
+  return tf.ones_like(variable) * value
 
 
 # Our names, and the names of the classes we replace. Why: see docs/design.md,
