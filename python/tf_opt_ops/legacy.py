@@ -73,6 +73,7 @@ class _LegacyMixin:
 class LazyAdam(_LegacyMixin, tf_keras.optimizers.legacy.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
+  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
                name="LazyAdam", **kwargs):
     _core.check_amsgrad(amsgrad)
