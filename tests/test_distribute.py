@@ -21,7 +21,10 @@ import sys
 import pytest
 
 FLAVORS = ["keras", "tf_keras", "legacy"]
-OPTS = ["LazyAdam", "ClippyAdagrad"]
+OPTS = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer"]
+# Each group runs in a process of its own: MirroredStrategy instances created one after
+# another in one Keras 3 process can reuse collective instance keys.
+OPT_GROUPS = [["LazyAdam", "ClippyAdagrad"], ["CompositeOptimizer"]]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ROWS, USED, DIM, BATCH, STEPS = 30, 24, 4, 8, 6  # rows >= USED never appear in the data
@@ -40,7 +43,12 @@ def _data():
   return x, y
 
 
-def _optimizer(module, name):
+def _optimizer(module, name, model):
+  if name == "CompositeOptimizer":  # LazyAdam on the table, ClippyAdagrad on the rest
+    table = model.get_layer("emb").trainable_variables
+    rest = [v for v in model.trainable_variables if all(v is not t for t in table)]
+    return module.CompositeOptimizer([(_optimizer(module, "LazyAdam", model), lambda: table),
+                                      (_optimizer(module, "ClippyAdagrad", model), lambda: rest)])
   if name == "LazyAdam":
     return module.LazyAdam(learning_rate=0.05)
   # Thresholds that let the table train while clipping stays active (scale < 1).
@@ -53,8 +61,8 @@ def _state(opt):
   return [v.numpy() for v in variables]
 
 
-def worker(flavor):
-  """Runs in the subprocess; prints one JSON line of results."""
+def worker(flavor, opts):
+  """Runs in the subprocess; prints one JSON line of results for the optimizers `opts`."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -80,7 +88,7 @@ def worker(flavor):
   k.utils.set_random_seed(0)
   init = build().get_weights()
   results = {"devices": devices}
-  for name in OPTS:
+  for name in opts:
     runs = {}
     for mode in ("one", "mirrored"):
       strategy = (tf.distribute.MirroredStrategy(devices) if mode == "mirrored" else
@@ -88,7 +96,7 @@ def worker(flavor):
       with strategy.scope():
         model = build()
         model.set_weights(init)
-        opt = _optimizer(module, name)
+        opt = _optimizer(module, name, model)
         model.compile(optimizer=opt, loss="mse")
       replicas = strategy.num_replicas_in_sync
       model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
@@ -124,19 +132,18 @@ def worker(flavor):
 
 @pytest.fixture(scope="module")
 def results():
-  """Runs the three flavors' subprocesses concurrently; {flavor: results}."""
+  """Runs each flavor and optimizer group in a subprocess, concurrently; {flavor: results}."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("TF_USE_LEGACY_KERAS", None)
   command = [sys.executable, os.path.abspath(__file__)]
-  procs = {
-      f: subprocess.Popen(command + [f], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) for f in FLAVORS
-  }
-  out = {}
-  for flavor, proc in procs.items():
+  procs = {(f, ",".join(g)): subprocess.Popen(command + [f, ",".join(g)], env=env,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True) for f in FLAVORS for g in OPT_GROUPS}
+  out = {f: {} for f in FLAVORS}
+  for (flavor, group), proc in procs.items():
     stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == 0, f"{flavor}:\n{stderr[-4000:]}"
-    out[flavor] = json.loads(stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, f"{flavor} {group}:\n{stderr[-4000:]}"
+    out[flavor].update(json.loads(stdout.strip().splitlines()[-1]))
   return out
 
 
@@ -163,4 +170,4 @@ def test_mirrored_equals_one_device(results, flavor, opt, record_property):
 
 
 if __name__ == "__main__":
-  worker(sys.argv[1])
+  worker(sys.argv[1], sys.argv[2].split(","))
