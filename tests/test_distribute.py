@@ -1,11 +1,11 @@
 """Training under MirroredStrategy equals one device on the same global batch.
 
-Why: see docs/design.md, "Production".
+Why: see docs/design.md, "Invariants".
 
-Each flavor (Keras 3, tf_keras, tf_keras legacy) runs in its own subprocess:
+Each flavor (Keras 3, tf_keras, tf_keras legacy) runs in subprocesses of its own:
 TensorFlow's logical devices must be configured before TensorFlow initialises
 them, which a pytest process has usually done already. The subprocess is this
-file run as a script (`python test_distribute.py FLAVOR`); it splits the one
+file run as a script (`python test_distribute.py FLAVOR OPTIMIZERS`); it splits the one
 physical CPU into two logical CPUs, trains the same Embedding + Dense model
 with `model.fit` on one device and under `MirroredStrategy` over both (the
 same global batches, duplicate ids inside each replica's half and across the
