@@ -58,11 +58,20 @@ void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<T*> tables, O
   }
 }
 
-// Groups `indices` by row after checking each is in [0, num_rows).
+// Groups `indices` by row after checking each is in [0, num_rows), on the
+// intra-op pool for large batches.
 template <typename Tindex>
-absl::Status GroupRows(const Tensor& indices, int64_t num_rows, RowGroups* groups) {
+absl::Status GroupRows(OpKernelContext* ctx, const Tensor& indices, int64_t num_rows,
+                       RowGroups* groups) {
   const auto flat = indices.flat<Tindex>();
-  const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows);
+  // Per work item: RowGroups::kChunk indices read, a few passes each.
+  const Eigen::TensorOpCost cost(4.0 * RowGroups::kChunk * sizeof(Tindex),
+                                 2.0 * RowGroups::kChunk * sizeof(int64_t),
+                                 20.0 * RowGroups::kChunk);
+  const auto parallel_for = [ctx, &cost](int64_t count, const auto& fn) {
+    ctx->eigen_cpu_device().parallelFor(count, cost, fn);
+  };
+  const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows, parallel_for);
   if (bad >= 0) return IndexOutOfRange(bad, static_cast<int64_t>(flat(bad)), num_rows);
   return absl::OkStatus();
 }
