@@ -77,7 +77,7 @@ struct SparseApplyClippyAdagrad<CPUDevice, T, Tindex> {
                           Tensor* scale) {
     const int64_t num_rows = var->dim_size(0);
     RowGroups groups;
-    TF_RETURN_IF_ERROR(GroupRows<Tindex>(indices, num_rows, &groups));
+    TF_RETURN_IF_ERROR(GroupRows<Tindex>(ctx, indices, num_rows, &groups));
     const int64_t dim = var->NumElements() / num_rows;  // num_rows > 0: an index is valid
     SummedGradRows<T> grad_rows;
     TF_RETURN_IF_ERROR(grad_rows.Init(ctx, groups, grad.flat<T>().data(), dim));

@@ -32,8 +32,14 @@ void ForEachItem(OpKernelContext* ctx, int64_t n, const Eigen::TensorOpCost& cos
 
 // Touched rows are scattered over tables far larger than the caches, so the
 // hardware prefetcher cannot guess the next one: the span loop asks for the
-// spans kPrefetchRows ahead while it works on the current one.
-constexpr int64_t kPrefetchRows = 6;
+// spans kAhead ahead while it works on the current one. The distance grows as
+// spans narrow, so that about as many cache lines are in flight: 64-byte rows
+// (16 floats) run ~1.3x faster at 16 ahead than at 6, while from 256-byte
+// rows on 4 to 16 ahead measure the same. A compile-time distance: one read
+// at run time cost more than it saved.
+constexpr int64_t kPrefetchSpansNarrow = 16;  // spans of <= 64 bytes per table
+constexpr int64_t kPrefetchSpansMedium = 8;   // spans of <= 128 bytes per table
+constexpr int64_t kPrefetchSpans = 6;         // wider spans
 
 // Prefetches `bytes` from `p` for writing, one cache line at a time.
 inline void PrefetchForWrite(const void* p, int64_t bytes) {
@@ -41,28 +47,52 @@ inline void PrefetchForWrite(const void* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, /*rw=*/1, /*locality=*/3);
 }
 
-// The one loop over touched spans, for every CPU kernel: calls
-// fn(k, offset(k)) for k in [begin, end), where span k is the `length(k)`
-// elements from `offset(k)` in each of `tables` (a row of a sparse update,
-// a block of a dense one), prefetching the spans kPrefetchRows ahead.
-template <typename T, typename Offset, typename Length, typename F>
-void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<T*> tables, Offset offset,
-                 Length length, F&& fn) {
+template <int64_t kAhead, typename T, typename Offset, typename Length, typename F>
+void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<T*> tables, Offset offset,
+                      Length length, F&& fn) {
   for (int64_t k = begin; k < end; ++k) {
-    if (k + kPrefetchRows < end) {
-      const int64_t ahead = offset(k + kPrefetchRows);
-      const int64_t bytes = length(k + kPrefetchRows) * static_cast<int64_t>(sizeof(T));
+    if (k + kAhead < end) {
+      const int64_t ahead = offset(k + kAhead);
+      const int64_t bytes = length(k + kAhead) * static_cast<int64_t>(sizeof(T));
       for (T* table : tables) PrefetchForWrite(table + ahead, bytes);
     }
     fn(k, offset(k));
   }
 }
 
-// Groups `indices` by row after checking each is in [0, num_rows).
+// The one loop over touched spans, for every CPU kernel: calls
+// fn(k, offset(k)) for k in [begin, end), where span k is the `length(k)`
+// elements from `offset(k)` in each of `tables` (a row of a sparse update,
+// a block of a dense one), prefetching the spans ahead (distance by the
+// width of the first span: all are as wide, but a dense variable's last).
+template <typename T, typename Offset, typename Length, typename F>
+void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<T*> tables, Offset offset,
+                 Length length, F&& fn) {
+  if (begin >= end) return;
+  const int64_t span_bytes = length(begin) * static_cast<int64_t>(sizeof(T));
+  if (span_bytes <= 64) {
+    ForEachSpanAhead<kPrefetchSpansNarrow>(begin, end, tables, offset, length, fn);
+  } else if (span_bytes <= 128) {
+    ForEachSpanAhead<kPrefetchSpansMedium>(begin, end, tables, offset, length, fn);
+  } else {
+    ForEachSpanAhead<kPrefetchSpans>(begin, end, tables, offset, length, fn);
+  }
+}
+
+// Groups `indices` by row after checking each is in [0, num_rows), on the
+// intra-op pool for large batches.
 template <typename Tindex>
-absl::Status GroupRows(const Tensor& indices, int64_t num_rows, RowGroups* groups) {
+absl::Status GroupRows(OpKernelContext* ctx, const Tensor& indices, int64_t num_rows,
+                       RowGroups* groups) {
   const auto flat = indices.flat<Tindex>();
-  const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows);
+  // Per work item: RowGroups::kChunk indices read, a few passes each.
+  const Eigen::TensorOpCost cost(4.0 * RowGroups::kChunk * sizeof(Tindex),
+                                 2.0 * RowGroups::kChunk * sizeof(int64_t),
+                                 20.0 * RowGroups::kChunk);
+  const auto parallel_for = [ctx, &cost](int64_t count, const auto& fn) {
+    ctx->eigen_cpu_device().parallelFor(count, cost, fn);
+  };
+  const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows, parallel_for);
   if (bad >= 0) return IndexOutOfRange(bad, static_cast<int64_t>(flat(bad)), num_rows);
   return absl::OkStatus();
 }
