@@ -120,20 +120,13 @@ struct SparseApplyClippyAdagrad<GPUDevice, T, Tindex> {
                           Tensor* var, Tensor* accum, const ClippyStep<ComputeT<T>>& step,
                           Tensor* scale) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
-    size_t bytes = 0;
-    TF_RETURN_IF_ERROR(
-        GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes),
-                  "SparseApplyClippyAdagrad scratch size"));
-    Tensor scratch;
-    TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
-    gpu::IndexError bad;
-    TF_RETURN_IF_ERROR(GpuStatus(
-        gpu::SparseApplyClippyAdagrad(GpuDType<T>(), rows, grad.data(), var->data(), accum->data(),
-                                      CastStep<double>(step), scale->data(), scratch.data(), bytes,
-                                      GpuStream(ctx), &bad),
-        "SparseApplyClippyAdagrad"));
-    if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
-    return absl::OkStatus();
+    return LaunchSparse<T>(ctx, rows, "SparseApplyClippyAdagrad",
+                           [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
+                             return gpu::SparseApplyClippyAdagrad(
+                                 GpuDType<T>(), rows, grad.data(), var->data(), accum->data(),
+                                 CastStep<double>(step), scale->data(), scratch, bytes, stream,
+                                 bad);
+                           });
   }
 };
 #endif  // GOOGLE_CUDA
@@ -228,10 +221,8 @@ absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernel
                               .TypeConstraint<T>("T")                       \
                               .TypeConstraint<int64_t>("Tindices"),         \
                           ClippyAdagradOp<CPUDevice, T, int64_t, true>);
-TF_CALL_half(TF_OPT_OPS_REGISTER_CPU);
-TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_CPU);
-TF_CALL_float(TF_OPT_OPS_REGISTER_CPU);
-TF_CALL_double(TF_OPT_OPS_REGISTER_CPU);
+// half, bfloat16, float and double: the variable types of the op.
+TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU);
 #undef TF_OPT_OPS_REGISTER_CPU
 
 #if GOOGLE_CUDA
@@ -255,10 +246,8 @@ TF_CALL_double(TF_OPT_OPS_REGISTER_CPU);
   REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
                               .TypeConstraint<int64_t>("Tindices"),                             \
                           ClippyAdagradOp<GPUDevice, T, int64_t, true>);
-TF_CALL_half(TF_OPT_OPS_REGISTER_GPU);
-TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_GPU);
-TF_CALL_float(TF_OPT_OPS_REGISTER_GPU);
-TF_CALL_double(TF_OPT_OPS_REGISTER_GPU);
+// half, bfloat16, float and double: the variable types of the op.
+TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU);
 #undef TF_OPT_OPS_REGISTER_GPU
 #undef TF_OPT_OPS_CLIPPY_GPU
 #endif  // GOOGLE_CUDA

@@ -67,6 +67,23 @@ gpu::SparseRows MakeSparseRows(const Tensor& indices, const Tensor& var) {
       indices.NumElements(), num_rows, num_rows > 0 ? var.NumElements() / num_rows : 0};
 }
 
+// Runs a sparse launcher: sizes and allocates its scratch, launches it with
+// `launch(scratch, bytes, stream, &bad)`, and turns a bad index it reports
+// (found before any write) into the op's error. `what` names the launcher.
+template <typename T, typename Launch>
+absl::Status LaunchSparse(OpKernelContext* ctx, const gpu::SparseRows& rows, const char* what,
+                          Launch launch) {
+  size_t bytes = 0;
+  TF_RETURN_IF_ERROR(
+      GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes), what));
+  Tensor scratch;
+  TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
+  gpu::IndexError bad;
+  TF_RETURN_IF_ERROR(GpuStatus(launch(scratch.data(), bytes, GpuStream(ctx), &bad), what));
+  if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
+  return absl::OkStatus();
+}
+
 }  // namespace tf_opt_ops
 
 #endif  // GOOGLE_CUDA

@@ -56,20 +56,12 @@ struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
-    size_t bytes = 0;
-    TF_RETURN_IF_ERROR(
-        GpuStatus(gpu::SparseScratchBytes(GpuDType<T>(), rows, GpuStream(ctx), &bytes),
-                  "SparseApplyLazyAdam scratch size"));
-    Tensor scratch;
-    TF_RETURN_IF_ERROR(AllocateGpuScratch(ctx, bytes, &scratch));
-    gpu::IndexError bad;
-    TF_RETURN_IF_ERROR(
-        GpuStatus(gpu::SparseApplyLazyAdam(GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
-                                           v->data(), CastStep<double>(step), scratch.data(), bytes,
-                                           GpuStream(ctx), &bad),
-                  "SparseApplyLazyAdam"));
-    if (bad.position >= 0) return IndexOutOfRange(bad.position, bad.index, rows.num_rows);
-    return absl::OkStatus();
+    return LaunchSparse<T>(ctx, rows, "SparseApplyLazyAdam",
+                           [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
+                             return gpu::SparseApplyLazyAdam(
+                                 GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
+                                 v->data(), CastStep<double>(step), scratch, bytes, stream, bad);
+                           });
   }
 };
 #endif  // GOOGLE_CUDA
@@ -118,10 +110,8 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
                           SparseApplyLazyAdamOp<CPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_CPU_T(T) \
   TF_OPT_OPS_REGISTER_CPU(T, int32_t) TF_OPT_OPS_REGISTER_CPU(T, int64_t)
-TF_CALL_half(TF_OPT_OPS_REGISTER_CPU_T);
-TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_CPU_T);
-TF_CALL_float(TF_OPT_OPS_REGISTER_CPU_T);
-TF_CALL_double(TF_OPT_OPS_REGISTER_CPU_T);
+// half, bfloat16, float and double: the variable types of the op.
+TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU_T);
 #undef TF_OPT_OPS_REGISTER_CPU_T
 #undef TF_OPT_OPS_REGISTER_CPU
 
@@ -142,10 +132,8 @@ TF_CALL_double(TF_OPT_OPS_REGISTER_CPU_T);
                           SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_GPU_T(T) \
   TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)
-TF_CALL_half(TF_OPT_OPS_REGISTER_GPU_T);
-TF_CALL_bfloat16(TF_OPT_OPS_REGISTER_GPU_T);
-TF_CALL_float(TF_OPT_OPS_REGISTER_GPU_T);
-TF_CALL_double(TF_OPT_OPS_REGISTER_GPU_T);
+// half, bfloat16, float and double: the variable types of the op.
+TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU_T);
 #undef TF_OPT_OPS_REGISTER_GPU_T
 #undef TF_OPT_OPS_REGISTER_GPU
 #endif  // GOOGLE_CUDA

@@ -13,6 +13,7 @@ A whole recommender train step is `tf_opt_ops.bench_e2e`'s.
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import platform
@@ -447,6 +448,9 @@ def main(argv=None):
     # Keras 3 Adam is dense: O(table) per step. Time it where that stays affordable.
     keras_adam = case.rows * case.dim <= 64_000_000 and not case.duplicates
     report["lazy_adam"][case.label] = bench_lazy_adam(case, rounds, keras_adam)
+    # The case's tables are held in reference cycles (tf.functions and their
+    # captures): free them before the next case allocates its own.
+    gc.collect()
   if not args.no_clippy:
     print("Clippy Adagrad (TF_USE_LEGACY_KERAS=1 subprocess) ...", flush=True)
     report["clippy"] = bench_clippy(QUICK_CLIPPY if args.quick else list(CLIPPY_CASES), rounds)
