@@ -416,12 +416,18 @@ def write_results(report, stem, render, plot):
   print(f"\nwrote {stem}.json, {stem}.md, {stem}.png in {report['seconds']:.0f} s")
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__,
+def argument_parser(description, quick_help):
+  """The options every benchmark of this package takes: --quick, --rounds, --out."""
+  parser = argparse.ArgumentParser(description=description,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--quick", action="store_true", help="a few cases, under 3 minutes")
+  parser.add_argument("--quick", action="store_true", help=quick_help)
   parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per case")
   parser.add_argument("--out", default="bench/results", help="folder for JSON, Markdown and PNG")
+  return parser
+
+
+def main(argv=None):
+  parser = argument_parser(__doc__, "a few cases, under 3 minutes")
   parser.add_argument("--no-clippy", action="store_true", help="skip the TFRS subprocess")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)

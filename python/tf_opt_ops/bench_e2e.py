@@ -545,11 +545,7 @@ def plot(report, path):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--quick", action="store_true", help="one small case, about a minute")
-  parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds per case")
-  parser.add_argument("--out", default="bench/results", help="folder for JSON, Markdown and PNG")
+  parser = bench.argument_parser(__doc__, "one small case, about a minute")
   parser.add_argument("--memory-gib", type=float, default=24.0,
                       help="skip cases whose estimated peak memory is above this")
   parser.add_argument(
