@@ -12,7 +12,6 @@
 
 #include "tf_opt_ops/cpu_row_loops.h"
 #include "tf_opt_ops/gpu_glue.h"
-#include "tf_opt_ops/huge_pages.h"
 #include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
@@ -81,7 +80,6 @@ struct SparseApplyClippyAdagrad<CPUDevice, T, Tindex> {
     const int64_t dim = var->NumElements() / num_rows;  // num_rows > 0: an index is valid
     SummedGradRows<T> grad_rows;
     TF_RETURN_IF_ERROR(grad_rows.Init(ctx, groups, grad.flat<T>().data(), dim));
-    for (const Tensor* t : {var, accum}) AdviseHugePages(t->tensor_data().data(), t->TotalBytes());
     const int64_t* rows = groups.rows();
     const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
     const auto length = [dim](int64_t) { return dim; };

@@ -15,12 +15,23 @@ namespace tf_opt_ops {
 // Tables smaller than this fit the TLB's reach well enough to leave alone.
 constexpr int64_t kHugePageMinBytes = int64_t{32} << 20;
 
-// Asks Linux, once per buffer, to back [data, data + bytes) with huge pages:
-// MADV_HUGEPAGE for pages faulted later and MADV_COLLAPSE for those already
-// there. Advice only: the data and its address do not change, and where
-// transparent huge pages are off or the call fails nothing happens.
-// TF_OPT_OPS_HUGE_PAGES=0 in the environment turns it off.
-void AdviseHugePages(const void* data, int64_t bytes);
+// Sparse updates in a row that must find a variable in the same buffer before
+// that buffer is collapsed into huge pages; doubled each time a collapsed
+// buffer is replaced. Collapsing copies the whole buffer, so it is only worth
+// it for a buffer that stays: a variable whose buffer is replaced every few
+// steps (a dense assign between sparse updates, such as a Keras constraint)
+// stops paying for it after a few tries.
+constexpr int kUpdatesBeforeCollapse = 4;
+
+// Called on each CPU sparse update of `variable` (any pointer identifying it
+// for its lifetime; its buffer may change) whose buffer is [data, data +
+// bytes). Asks Linux to back that buffer with huge pages: MADV_HUGEPAGE at
+// once (pages faulted later), MADV_COLLAPSE (the pages already there) once
+// the buffer has stayed for kUpdatesBeforeCollapse updates. Advice only: the
+// data and its address do not change, and where transparent huge pages are
+// off or a call fails nothing happens. TF_OPT_OPS_HUGE_PAGES=0 in the
+// environment turns it off.
+void AdviseHugePages(const void* variable, const void* data, int64_t bytes);
 
 }  // namespace tf_opt_ops
 

@@ -9,7 +9,6 @@
 
 #include "tf_opt_ops/cpu_row_loops.h"
 #include "tf_opt_ops/gpu_glue.h"
-#include "tf_opt_ops/huge_pages.h"
 #include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
@@ -28,7 +27,6 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
     T* var_data = var->flat<T>().data();
     T* m_data = m->flat<T>().data();
     T* v_data = v->flat<T>().data();
-    for (const Tensor* t : {var, m, v}) AdviseHugePages(t->tensor_data().data(), t->TotalBytes());
     const int64_t* rows = groups.rows();
     // 64-bit offsets: tables past 2^31 elements.
     const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };

@@ -12,6 +12,7 @@
 #endif
 
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -48,6 +49,7 @@ struct DenseUpdate<Eigen::GpuDevice, T, ASSIGN> {
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tf_opt_ops/huge_pages.h"
 
 namespace tf_opt_ops {
 
@@ -64,7 +66,8 @@ absl::Status InvalidArgument(const Args&... args) {
 
 // Holds the locks of the op's resource variables and their live tensors.
 // Fails (InvalidArgument) when a variable does not exist, is uninitialized,
-// is not of dtype T, or differs in shape from the first one.
+// is not of dtype T, or differs in shape from the first one. On CPU, the
+// buffers a sparse update scatters into get huge pages (huge_pages.h).
 template <typename Device, typename T>
 class LockedVariables {
  public:
@@ -73,6 +76,7 @@ class LockedVariables {
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names) {
     const tensorflow::DataType dtype = tensorflow::DataTypeToEnum<T>::v();
+    std::vector<const void*> variables(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
       tensorflow::core::RefCountPtr<tensorflow::Var> var;
       if (!tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, inputs[k]), &var)
@@ -92,6 +96,7 @@ class LockedVariables {
                                "(cast the gradient, or create the slots with the variable's "
                                "dtype).");
       }
+      variables[k] = var.get();  // an identity only: never dereferenced later
     }
     lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(ctx, use_locking,
                                                                               sparse, inputs));
@@ -110,6 +115,13 @@ class LockedVariables {
         return InvalidArgument(names[k], " must have the shape of ", names[0], ": ", names[k], " ",
                                tensors_[k].shape().DebugString(), " vs ", names[0], " ",
                                tensors_[0].shape().DebugString());
+      }
+    }
+    if constexpr (std::is_same_v<Device, CPUDevice>) {
+      if (sparse) {
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          AdviseHugePages(variables[k], tensors_[k].tensor_data().data(), tensors_[k].TotalBytes());
+        }
       }
     }
     return absl::OkStatus();
