@@ -1,6 +1,8 @@
 """The benchmark compares like with like: its composite lazy Adam (what Python
 optimizers run today) and the fused op both compute what the reference computes."""
 
+import os
+
 import numpy as np
 import tensorflow as tf
 
@@ -118,3 +120,34 @@ def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
   with pytest.raises(AssertionError, match="not the adam reference"):
     bench_e2e.run_case(bench_e2e.DlrmCase(**TINY_DLRM), "keras", rounds=1, batches=2,
                        contenders=("floor",))
+
+
+def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floor():
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  small = bench_e2e.DlrmCase(cap=200_000, dim=16, batch=4_096)
+  assert small.contender_groups(24) == (tuple(bench_e2e.CONTENDERS),)
+  uncapped = bench_e2e.DlrmCase(cap=None, dim=16, batch=4_096)
+  assert uncapped.memory_estimate_gib() > 24  # all six in one process do not fit
+  groups = uncapped.contender_groups(24)
+  assert groups == bench_e2e.SPLIT_GROUPS
+  assert all("floor" in group for group in groups)
+  assert sorted({name for group in groups for name in group}) == sorted(bench_e2e.CONTENDERS)
+  assert uncapped.contender_groups(4) is None
+
+
+def test_grouped_dlrm_runs_merge_every_contender_against_its_own_floor(monkeypatch):
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  python_dir = os.path.dirname(os.path.dirname(bench_e2e.__file__))
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
+  case = bench_e2e.DlrmCase(**TINY_DLRM)
+  result = bench_e2e.run_in_groups(case, "keras", 1, bench_e2e.SPLIT_GROUPS)
+  assert result["checked"]
+  assert list(result["contenders"]) == list(bench_e2e.CONTENDERS)
+  assert result["groups"] == [list(group) for group in bench_e2e.SPLIT_GROUPS]
+  for name, r in result["contenders"].items():
+    assert r["step"]["median_ms"] > 0 and r["x_floor"]["median_ms"] > 0, name
+  report = {
+      "machine": "test", "tf_version": tf.__version__, "cases": {case.label: {"keras": result}}
+  }
+  assert "Run as (lazy_adam, multi, composite, floor) and (adam, keras_sgd, floor)" in (
+      bench_e2e.render(report))
