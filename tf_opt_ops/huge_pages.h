@@ -4,7 +4,7 @@
 // covers with 4 KiB pages, so each touched row costs a page walk per table.
 // TensorFlow's CPU allocator does not ask for huge pages (NumPy does, for its
 // large arrays); with 2 MiB pages far fewer touched rows miss the TLB.
-// Why: see docs/design.md, "Production".
+// Why: see docs/design.md, "Choices".
 #ifndef TF_OPT_OPS_HUGE_PAGES_H_
 #define TF_OPT_OPS_HUGE_PAGES_H_
 
