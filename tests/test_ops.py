@@ -296,3 +296,44 @@ def test_op_names_carry_the_library_prefix():
   assert "TfOptOps>ResourceSparseApplyLazyAdam" in {op.type for op in graph.get_operations()}
   for name in ops.OP_NAMES:
     assert name.startswith("TfOptOps>")
+
+
+def _reads_alias(var):
+  """Whether two dense reads of `var` share its buffer (False in copy-on-read mode)."""
+  first, second = var.read_value(), var.read_value()
+  return np.asarray(first).ctypes.data == np.asarray(second).ctypes.data
+
+
+def test_sparse_updates_keep_dense_reads_free_and_reads_held_unchanged():
+  # TensorFlow's sparse ops put a variable in copy-on-read mode, where each dense
+  # read copies the whole buffer (Keras 3's Embedding reads densely every step).
+  # Ours update in place while nothing aliases the buffer.
+  var, m, v = (tf.Variable(tf.ones((1000, 4))) for _ in range(3))
+  accum = tf.Variable(tf.fill((1000, 4), 0.1))
+  ops.sparse_lazy_adam(var, m, v, tf.ones((2, 4)), [1, 3], beta_1_power=0.9, beta_2_power=0.999)
+  ops.sparse_clippy_adagrad(var, accum, tf.ones((2, 4)), [1, 3])
+  assert _reads_alias(var) and _reads_alias(m) and _reads_alias(v) and _reads_alias(accum)
+  # A read alive across an update keeps its values: the update copies the buffer
+  # once, then the variable is in copy-on-read mode, as TensorFlow's ops leave it.
+  held = var.read_value()
+  before = np.array(held)
+  ops.sparse_lazy_adam(var, m, v, tf.ones((1, 4)), [3], beta_1_power=0.9, beta_2_power=0.999)
+  np.testing.assert_array_equal(np.asarray(held), before)
+  assert not np.array_equal(numpy_of(var)[3], before[3])
+  np.testing.assert_array_equal(numpy_of(var)[[0, 1, 2]], before[[0, 1, 2]])
+  assert not _reads_alias(var)
+  # A variable in that mode already (TensorFlow's scatter put it there) stays in it.
+  scattered = tf.Variable(tf.ones((10, 2)))
+  tf.raw_ops.ResourceScatterAdd(resource=scattered.handle, indices=[0], updates=tf.ones((1, 2)))
+  ops.sparse_clippy_adagrad(scattered, tf.Variable(tf.ones((10, 2))), tf.ones((1, 2)), [4])
+  assert not _reads_alias(scattered)
+
+
+def test_a_variable_passed_twice_is_updated_in_one_buffer():
+  # The alias check runs before any input is taken: taking the first would
+  # otherwise look like an alias to the second and split them over two buffers.
+  x = tf.Variable(tf.ones((10, 2)))
+  ops.sparse_clippy_adagrad(x, x, tf.ones((1, 2)), [0], variable_relative_threshold=1.0)
+  after = numpy_of(x)
+  assert after[0, 0] != 1.0 and np.all(after[1:] == 1.0)  # row 0 written, in place
+  assert _reads_alias(x)

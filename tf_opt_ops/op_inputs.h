@@ -68,6 +68,14 @@ absl::Status InvalidArgument(const Args&... args) {
 // Fails (InvalidArgument) when a variable does not exist, is uninitialized,
 // is not of dtype T, or differs in shape from the first one. On CPU, the
 // buffers a sparse update scatters into get huge pages (huge_pages.h).
+//
+// Sparse updates keep dense reads cheap. TensorFlow's own sparse ops switch a
+// variable to copy-on-read mode, after which every dense read copies the
+// whole buffer, and Keras 3's Embedding reads its table densely every step.
+// So a variable not yet in that mode is updated in place, under exclusive
+// locks, when nothing aliases its buffer, and the mode stays off; only a
+// buffer some read still aliases is copied and switched, as TensorFlow's
+// sparse ops do. Why: see docs/design.md, "Choices".
 template <typename Device, typename T>
 class LockedVariables {
  public:
@@ -76,9 +84,10 @@ class LockedVariables {
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names) {
     const tensorflow::DataType dtype = tensorflow::DataTypeToEnum<T>::v();
-    std::vector<const void*> variables(inputs.size());
+    std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(inputs.size());
+    bool all_copy_on_read = true;
     for (size_t k = 0; k < inputs.size(); ++k) {
-      tensorflow::core::RefCountPtr<tensorflow::Var> var;
+      tensorflow::core::RefCountPtr<tensorflow::Var>& var = variables[k];
       if (!tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, inputs[k]), &var)
                .ok()) {
         return InvalidArgument(names[k], " is an uninitialized or deleted variable (input ",
@@ -96,14 +105,32 @@ class LockedVariables {
                                "(cast the gradient, or create the slots with the variable's "
                                "dtype).");
       }
-      variables[k] = var.get();  // an identity only: never dereferenced later
+      all_copy_on_read = all_copy_on_read && var->copy_on_read_mode.load();
     }
-    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(ctx, use_locking,
-                                                                              sparse, inputs));
+    // The mode only ever turns on, so a variable seen in it here stays in it.
+    const bool in_place = sparse && !all_copy_on_read;
+    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(
+        ctx, use_locking || in_place, sparse && !in_place, inputs));
+    // All checked before any is taken: taking one adds a reference to its
+    // buffer, which a variable passed twice would then see as an alias.
+    for (size_t k = 0; in_place && k < inputs.size(); ++k) {
+      tensorflow::Var* var = variables[k].get();
+      if (var->tensor()->IsInitialized() && !var->copy_on_read_mode.load() &&
+          !var->tensor()->RefCountIsOne()) {
+        // A read still aliases the buffer: copy it once and switch the mode.
+        TF_RETURN_IF_ERROR(tensorflow::PrepareToUpdateVariable<Device, T>(
+            ctx, var->tensor(), /*copy_on_read_mode=*/false));
+        var->copy_on_read_mode.store(true);
+      }
+    }
     tensors_.resize(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
-      TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<Device, T>(
-          ctx, inputs[k], use_locking, sparse, &tensors_[k]));
+      if (in_place) {
+        tensors_[k] = *variables[k]->tensor();
+      } else {
+        TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<Device, T>(
+            ctx, inputs[k], use_locking, sparse, &tensors_[k]));
+      }
       if (!tensors_[k].IsInitialized()) {
         return InvalidArgument(names[k], " is uninitialized (input ", inputs[k], " of ",
                                ctx->op_kernel().name(),
@@ -120,7 +147,8 @@ class LockedVariables {
     if constexpr (std::is_same_v<Device, CPUDevice>) {
       if (sparse) {
         for (size_t k = 0; k < inputs.size(); ++k) {
-          AdviseHugePages(variables[k], tensors_[k].tensor_data().data(), tensors_[k].TotalBytes());
+          AdviseHugePages(variables[k].get(), tensors_[k].tensor_data().data(),
+                          tensors_[k].TotalBytes());
         }
       }
     }
