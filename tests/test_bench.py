@@ -146,8 +146,12 @@ def test_grouped_dlrm_runs_merge_every_contender_against_its_own_floor(monkeypat
   assert result["groups"] == [list(group) for group in bench_e2e.SPLIT_GROUPS]
   for name, r in result["contenders"].items():
     assert r["step"]["median_ms"] > 0 and r["x_floor"]["median_ms"] > 0, name
+  # Keras 3: our LazyAdam also ran alone in a third process.
+  assert result["alone"]["step"]["median_ms"] > 0 and result["alone"]["x_floor_across"] > 0
   report = {
       "machine": "test", "tf_version": tf.__version__, "cases": {case.label: {"keras": result}}
   }
-  assert "Run as (lazy_adam, multi, composite, floor) and (adam, keras_sgd, floor)" in (
-      bench_e2e.render(report))
+  rendered = bench_e2e.render(report)
+  assert "Run as (lazy_adam, multi, composite, floor) and (adam, keras_sgd, floor)" in rendered
+  assert "keras, ours: LazyAdam alone in its process" in rendered
+  assert "| ours alone, examples/s (× floor) |" in rendered
