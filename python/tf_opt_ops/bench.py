@@ -282,17 +282,25 @@ def clippy_worker(names, rounds):
   print("CLIPPY_JSON " + json.dumps(out))
 
 
+def run_json_worker(module, args, env, marker, what):
+  """Runs `python -m module *args` with `env`; the JSON its stdout prints after `marker`.
+
+  Raises RuntimeError, with the end of its stderr, when it prints none.
+  """
+  proc = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True,
+                        text=True, check=False)
+  for line in proc.stdout.splitlines():
+    if line.startswith(marker):
+      return json.loads(line[len(marker):])
+  raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
 def bench_clippy(names, rounds):
   env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
-  proc = subprocess.run([
-      sys.executable, "-m", "tf_opt_ops.bench", "--clippy-worker",
-      json.dumps(names), "--rounds",
-      str(rounds)
-  ], env=env, capture_output=True, text=True, check=False)
-  for line in proc.stdout.splitlines():
-    if line.startswith("CLIPPY_JSON "):
-      return json.loads(line[len("CLIPPY_JSON "):])
-  raise RuntimeError(f"the Clippy benchmark subprocess failed:\n{proc.stderr[-4000:]}")
+  return run_json_worker(
+      "tf_opt_ops.bench",
+      ["--clippy-worker", json.dumps(names), "--rounds",
+       str(rounds)], env, "CLIPPY_JSON ", "the Clippy benchmark subprocess")
 
 
 # ----------------------------------------------------------------- report

@@ -50,8 +50,6 @@ import importlib
 import json
 import os
 import platform
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -499,16 +497,10 @@ def run_worker_subprocess(case, flavor, rounds, contenders=tuple(CONTENDERS)):
   if flavor == "tf_keras":
     env["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf_keras there, as for a tf_keras user
   spec = {"case": dataclasses.asdict(case), "flavor": flavor, "contenders": list(contenders)}
-  proc = subprocess.run([
-      sys.executable, "-m", "tf_opt_ops.bench_e2e", "--worker",
-      json.dumps(spec), "--rounds",
-      str(rounds)
-  ], env=env, capture_output=True, text=True, check=False)
-  for line in proc.stdout.splitlines():
-    if line.startswith("E2E_JSON "):
-      return json.loads(line[len("E2E_JSON "):])
-  raise RuntimeError(f"the end-to-end benchmark of {case.label} in {flavor} failed "
-                     f"(exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+  return bench.run_json_worker("tf_opt_ops.bench_e2e",
+                               ["--worker", json.dumps(spec), "--rounds",
+                                str(rounds)], env, "E2E_JSON ",
+                               f"the end-to-end benchmark of {case.label} in {flavor}")
 
 
 def run_in_groups(case, flavor, rounds, groups):
