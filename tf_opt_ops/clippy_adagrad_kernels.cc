@@ -10,8 +10,10 @@
 #include <mutex>
 #include <type_traits>
 
+#include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/cpu_row_loops.h"
 #include "tf_opt_ops/gpu_glue.h"
+#include "tf_opt_ops/kernel_registration.h"
 #include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
@@ -204,21 +206,21 @@ absl::Status ClippyAdagradOp<Device, T, Tindex, kSparse>::SetScaleToOne(OpKernel
   return absl::OkStatus();
 }
 
-#define TF_OPT_OPS_REGISTER_CPU(T)                                          \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceApplyClippyAdagrad")       \
-                              .Device(tensorflow::DEVICE_CPU)               \
-                              .TypeConstraint<T>("T"),                      \
-                          ClippyAdagradOp<CPUDevice, T, int32_t, false>);   \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
-                              .Device(tensorflow::DEVICE_CPU)               \
-                              .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<int32_t>("Tindices"),         \
-                          ClippyAdagradOp<CPUDevice, T, int32_t, true>);    \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
-                              .Device(tensorflow::DEVICE_CPU)               \
-                              .TypeConstraint<T>("T")                       \
-                              .TypeConstraint<int64_t>("Tindices"),         \
-                          ClippyAdagradOp<CPUDevice, T, int64_t, true>);
+#define TF_OPT_OPS_REGISTER_CPU(T)                                             \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceApplyClippyAdagrad")       \
+                                 .Device(tensorflow::DEVICE_CPU)               \
+                                 .TypeConstraint<T>("T"),                      \
+                             ClippyAdagradOp<CPUDevice, T, int32_t, false>);   \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
+                                 .Device(tensorflow::DEVICE_CPU)               \
+                                 .TypeConstraint<T>("T")                       \
+                                 .TypeConstraint<int32_t>("Tindices"),         \
+                             ClippyAdagradOp<CPUDevice, T, int32_t, true>);    \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyClippyAdagrad") \
+                                 .Device(tensorflow::DEVICE_CPU)               \
+                                 .TypeConstraint<T>("T")                       \
+                                 .TypeConstraint<int64_t>("Tindices"),         \
+                             ClippyAdagradOp<CPUDevice, T, int64_t, true>);
 // half, bfloat16, float and double: the variable types of the op.
 TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU);
 #undef TF_OPT_OPS_REGISTER_CPU
@@ -235,15 +237,15 @@ TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU);
       .HostMemory("accumulator_relative_threshold") \
       .HostMemory("absolute_threshold")             \
       .TypeConstraint<T>("T")
-#define TF_OPT_OPS_REGISTER_GPU(T)                                                              \
-  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),      \
-                          ClippyAdagradOp<GPUDevice, T, int32_t, false>);                       \
-  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
-                              .TypeConstraint<int32_t>("Tindices"),                             \
-                          ClippyAdagradOp<GPUDevice, T, int32_t, true>);                        \
-  REGISTER_KERNEL_BUILDER(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
-                              .TypeConstraint<int64_t>("Tindices"),                             \
-                          ClippyAdagradOp<GPUDevice, T, int64_t, true>);
+#define TF_OPT_OPS_REGISTER_GPU(T)                                                                 \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),      \
+                             ClippyAdagradOp<GPUDevice, T, int32_t, false>);                       \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
+                                 .TypeConstraint<int32_t>("Tindices"),                             \
+                             ClippyAdagradOp<GPUDevice, T, int32_t, true>);                        \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
+                                 .TypeConstraint<int64_t>("Tindices"),                             \
+                             ClippyAdagradOp<GPUDevice, T, int64_t, true>);
 // half, bfloat16, float and double: the variable types of the op.
 TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU);
 #undef TF_OPT_OPS_REGISTER_GPU

@@ -7,8 +7,10 @@
 
 #include "tf_opt_ops/lazy_adam_kernels.h"
 
+#include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/cpu_row_loops.h"
 #include "tf_opt_ops/gpu_glue.h"
+#include "tf_opt_ops/kernel_registration.h"
 #include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
@@ -100,12 +102,12 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   bool use_locking_;
 };
 
-#define TF_OPT_OPS_REGISTER_CPU(T, Tindex)                             \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
-                              .Device(tensorflow::DEVICE_CPU)          \
-                              .TypeConstraint<T>("T")                  \
-                              .TypeConstraint<Tindex>("Tindices"),     \
-                          SparseApplyLazyAdamOp<CPUDevice, T, Tindex>);
+#define TF_OPT_OPS_REGISTER_CPU(T, Tindex)                                \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
+                                 .Device(tensorflow::DEVICE_CPU)          \
+                                 .TypeConstraint<T>("T")                  \
+                                 .TypeConstraint<Tindex>("Tindices"),     \
+                             SparseApplyLazyAdamOp<CPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_CPU_T(T) \
   TF_OPT_OPS_REGISTER_CPU(T, int32_t) TF_OPT_OPS_REGISTER_CPU(T, int64_t)
 // half, bfloat16, float and double: the variable types of the op.
@@ -116,18 +118,18 @@ TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU_T);
 #if GOOGLE_CUDA
 // The hyperparameters are read on the host (HostMemory); var, m, v, grad and
 // indices stay on the device.
-#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                             \
-  REGISTER_KERNEL_BUILDER(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
-                              .Device(tensorflow::DEVICE_GPU)          \
-                              .HostMemory("beta1_power")               \
-                              .HostMemory("beta2_power")               \
-                              .HostMemory("lr")                        \
-                              .HostMemory("beta1")                     \
-                              .HostMemory("beta2")                     \
-                              .HostMemory("epsilon")                   \
-                              .TypeConstraint<T>("T")                  \
-                              .TypeConstraint<Tindex>("Tindices"),     \
-                          SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
+#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                                \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
+                                 .Device(tensorflow::DEVICE_GPU)          \
+                                 .HostMemory("beta1_power")               \
+                                 .HostMemory("beta2_power")               \
+                                 .HostMemory("lr")                        \
+                                 .HostMemory("beta1")                     \
+                                 .HostMemory("beta2")                     \
+                                 .HostMemory("epsilon")                   \
+                                 .TypeConstraint<T>("T")                  \
+                                 .TypeConstraint<Tindex>("Tindices"),     \
+                             SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
 #define TF_OPT_OPS_REGISTER_GPU_T(T) \
   TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)
 // half, bfloat16, float and double: the variable types of the op.

@@ -5,9 +5,12 @@
 // treats two paths as two libraries, so the second copy's static initializers
 // register every kernel again, and TensorFlow then fails each call with
 // "Multiple OpKernel registrations match NodeDef". This file (linked into the
-// .so only, never into a static TF Serving build) makes a second copy register
-// no kernels: the first copy's serve every call. A second copy of a different
-// build refuses to load, naming both. Why: see docs/design.md, "Production".
+// .so only, never into a static TF Serving build) answers
+// KernelsServedByEarlierCopy() for kernel_registration.h, so that a second copy
+// registers no kernels: the first copy's serve every call. A second copy of a
+// different build refuses to load, naming both. Everything here is public API:
+// the dynamic loader's (dl_iterate_phdr, dlopen, dlsym, dladdr) and
+// TensorFlow's op registry. Why: see docs/design.md, "Production".
 #include <dlfcn.h>
 #include <link.h>
 
@@ -20,6 +23,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_opt_ops/build_id.h"
+#include "tf_opt_ops/kernel_registration.h"
 
 // The dl* functions at the symbol versions TensorFlow's own library binds: before
 // glibc 2.34 they live in libdl.so.2 (a dependency of libtensorflow_framework.so.2),
@@ -81,6 +85,12 @@ const LoadedCopy* EarlierCopy() {
   return copy;
 }
 
+}  // namespace
+
+bool KernelsServedByEarlierCopy() { return EarlierCopy() != nullptr; }
+
+namespace {
+
 std::string OwnPath() {
   Dl_info info;
   if (dladdr(tf_opt_ops_build_id, &info) != 0 && info.dli_fname != nullptr) {
@@ -110,7 +120,7 @@ class BuildIdOp : public ::tensorflow::OpKernel {
   }
 };
 
-REGISTER_KERNEL_BUILDER(Name("TfOptOps>BuildId").Device(::tensorflow::DEVICE_CPU), BuildIdOp);
+TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>BuildId").Device(::tensorflow::DEVICE_CPU), BuildIdOp);
 
 // A copy of another build cannot share the earlier copy's kernels (their ops
 // may differ): fail the load (tf.load_op_library, TF_LoadLibrary) with both
@@ -145,41 +155,3 @@ static const bool registered_build_check = [] {
 }();
 
 }  // namespace tf_opt_ops
-
-namespace tensorflow {
-namespace kernel_factory {
-
-// Every REGISTER_KERNEL_BUILDER of this library ends here (this definition is
-// hidden, so it binds inside the .so only): an earlier copy's kernels already
-// serve these ops, so a later copy drops its own; the first copy forwards to
-// TensorFlow's registrar.
-void OpKernelRegistrar::InitInternal(const KernelDef* kernel_def,
-                                     absl::string_view kernel_class_name,
-                                     std::unique_ptr<OpKernelFactory> factory) {
-  if (::tf_opt_ops::EarlierCopy() != nullptr) {
-    delete kernel_def;
-    return;
-  }
-  using Registrar = void (*)(OpKernelRegistrar*, const KernelDef*, absl::string_view,
-                             std::unique_ptr<OpKernelFactory>);
-  static const Registrar tensorflow_registrar = [] {
-    constexpr char kSymbol[] =
-        "_ZN10tensorflow14kernel_factory17OpKernelRegistrar12InitInternalEPKNS_"
-        "9KernelDefESt17basic_"
-        "string_viewIcSt11char_traitsIcEESt10unique_ptrINS0_15OpKernelFactoryESt14default_"
-        "deleteISA_"
-        "EE";
-    void* symbol = dlsym(RTLD_NEXT, kSymbol);
-    if (symbol == nullptr) {
-      void* framework = dlopen("libtensorflow_framework.so.2", RTLD_LAZY | RTLD_NOLOAD);
-      if (framework != nullptr) symbol = dlsym(framework, kSymbol);
-    }
-    return reinterpret_cast<Registrar>(symbol);
-  }();
-  CHECK(tensorflow_registrar != nullptr)
-      << "tf_opt_ops: libtensorflow_framework exports no OpKernelRegistrar::InitInternal";
-  tensorflow_registrar(this, kernel_def, kernel_class_name, std::move(factory));
-}
-
-}  // namespace kernel_factory
-}  // namespace tensorflow

@@ -11,45 +11,27 @@
 #error "define EIGEN_USE_THREADS before including any header (TensorFlow kernel idiom)"
 #endif
 
-#include <optional>
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
-
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "tensorflow/core/framework/tensor_shape.h"
-#include "tensorflow/core/framework/types.h"
-#include "tensorflow/core/kernels/dense_update_functor.h"
-
-#if GOOGLE_CUDA
-#ifndef EIGEN_USE_GPU
-#error "define EIGEN_USE_GPU (under GOOGLE_CUDA) before including any header"
-#endif
-namespace tensorflow {
-namespace functor {
-// The copy training_op_helpers.h makes when a sparse update finds a shared
-// buffer (copy-on-read) or a dense one finds it aliased. TensorFlow defines
-// the GPU instance in libtensorflow_cc.so.2, which only the GPU wheel exports
-// (and not to custom ops by contract); defining it here, ahead of its use,
-// keeps the .so dependent on libtensorflow_framework.so.2 alone. A
-// device-to-device copy on the op's stream, like TensorFlow's own.
-// Why: see docs/design.md, "GPU boundary".
-template <typename T>
-struct DenseUpdate<Eigen::GpuDevice, T, ASSIGN> {
-  void operator()(const Eigen::GpuDevice& d, typename TTypes<T>::Flat params,
-                  typename TTypes<T>::ConstFlat update) {
-    d.memcpy(params.data(), update.data(), params.size() * sizeof(T));
-  }
-};
-}  // namespace functor
-}  // namespace tensorflow
-#endif  // GOOGLE_CUDA
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
 #include "tf_opt_ops/huge_pages.h"
+
+#if GOOGLE_CUDA && !defined(EIGEN_USE_GPU)
+#error "define EIGEN_USE_GPU (under GOOGLE_CUDA) before including any header"
+#endif
 
 namespace tf_opt_ops {
 
@@ -64,10 +46,30 @@ absl::Status InvalidArgument(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
 }
 
-// Holds the locks of the op's resource variables and their live tensors.
-// Fails (InvalidArgument) when a variable does not exist, is uninitialized,
-// is not of dtype T, or differs in shape from the first one. On CPU, the
-// buffers a sparse update scatters into get huge pages (huge_pages.h).
+// Replaces `*tensor` with a copy of it in a new buffer of its own, on the op's
+// device (on GPU, a device-to-device copy on the op's stream): what
+// TensorFlow's training ops do before writing a buffer that a read may alias.
+template <typename Device>
+absl::Status CopyToNewBuffer(OpKernelContext* ctx, Tensor* tensor) {
+  Tensor copy;
+  tensorflow::AllocatorAttributes attr;
+  attr.set_gpu_compatible(true);
+  attr.set_nic_compatible(true);
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensor->dtype(), tensor->shape(), &copy, attr));
+  const Tensor& source = *tensor;
+  ctx->eigen_device<Device>().memcpy(const_cast<char*>(copy.tensor_data().data()),
+                                     source.tensor_data().data(), source.TotalBytes());
+  *tensor = copy;
+  return absl::OkStatus();
+}
+
+// Holds the locks of the op's resource variables and their live tensors, as
+// TensorFlow's training ops do (training_op_helpers.h), written with the
+// public Var API only: each variable's mutex taken once, in address order,
+// exclusively for dense updates and for `use_locking`. Fails (InvalidArgument)
+// when a variable does not exist, is uninitialized, is not of dtype T, or
+// differs in shape from the first one. On CPU, the buffers a sparse update
+// scatters into get huge pages (huge_pages.h).
 //
 // Sparse updates keep dense reads cheap. TensorFlow's own sparse ops switch a
 // variable to copy-on-read mode, after which every dense read copies the
@@ -75,12 +77,14 @@ absl::Status InvalidArgument(const Args&... args) {
 // So a variable not yet in that mode is updated in place, under exclusive
 // locks, when nothing aliases its buffer, and the mode stays off; only a
 // buffer some read still aliases is copied and switched, as TensorFlow's
-// sparse ops do. Why: see docs/design.md, "Choices".
+// sparse ops do. A sparse update of variables all in that mode takes shared
+// locks (without `use_locking`), as TensorFlow's. Why: see docs/design.md,
+// "Choices".
 template <typename Device, typename T>
 class LockedVariables {
  public:
   // `inputs` are the input positions of the resource variables; `names` name
-  // them in errors. `sparse` as in MaybeLockVariableInputMutexesInOrder.
+  // them in errors.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names) {
     const tensorflow::DataType dtype = tensorflow::DataTypeToEnum<T>::v();
@@ -94,9 +98,8 @@ class LockedVariables {
                                inputs[k], " of ", ctx->op_kernel().name(),
                                "): initialize it before applying the optimizer.");
       }
-      // Checked before locking: locking a sparse update's variables, and the
-      // copy-on-write of a dense one, already copy the buffer as T. A Var's
-      // dtype is fixed when it is created, so no lock is needed to read it.
+      // A Var's dtype is fixed when it is created, so no lock is needed to
+      // read it, and nothing is copied as T before this check.
       const tensorflow::DataType var_dtype = var->tensor()->dtype();
       if (var_dtype != dtype) {
         return InvalidArgument(names[k], " has dtype ", tensorflow::DataTypeString(var_dtype),
@@ -109,28 +112,24 @@ class LockedVariables {
     }
     // The mode only ever turns on, so a variable seen in it here stays in it.
     const bool in_place = sparse && !all_copy_on_read;
-    lock_.emplace(tensorflow::MaybeLockVariableInputMutexesInOrder<Device, T>(
-        ctx, use_locking || in_place, sparse && !in_place, inputs));
-    // All checked before any is taken: taking one adds a reference to its
-    // buffer, which a variable passed twice would then see as an alias.
-    for (size_t k = 0; in_place && k < inputs.size(); ++k) {
-      tensorflow::Var* var = variables[k].get();
-      if (var->tensor()->IsInitialized() && !var->copy_on_read_mode.load() &&
-          !var->tensor()->RefCountIsOne()) {
+    Lock(variables, /*exclusive=*/use_locking || !sparse || in_place);
+    // Every buffer checked before any is taken: taking one adds a reference,
+    // which a variable passed twice would then see as an alias.
+    for (const auto& var : variables) {
+      Tensor* buffer = var->tensor();
+      if (!buffer->IsInitialized()) continue;
+      if (in_place && !var->copy_on_read_mode.load() && !buffer->RefCountIsOne()) {
         // A read still aliases the buffer: copy it once and switch the mode.
-        TF_RETURN_IF_ERROR(tensorflow::PrepareToUpdateVariable<Device, T>(
-            ctx, var->tensor(), /*copy_on_read_mode=*/false));
+        TF_RETURN_IF_ERROR(CopyToNewBuffer<Device>(ctx, buffer));
         var->copy_on_read_mode.store(true);
+      } else if (!sparse && (var->copy_on_read_mode.load() || !buffer->RefCountIsOne())) {
+        // A dense write never lands in a buffer that a read may hold.
+        TF_RETURN_IF_ERROR(CopyToNewBuffer<Device>(ctx, buffer));
       }
     }
     tensors_.resize(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
-      if (in_place) {
-        tensors_[k] = *variables[k]->tensor();
-      } else {
-        TF_RETURN_IF_ERROR(tensorflow::GetInputTensorFromVariable<Device, T>(
-            ctx, inputs[k], use_locking, sparse, &tensors_[k]));
-      }
+      tensors_[k] = *variables[k]->tensor();
       if (!tensors_[k].IsInitialized()) {
         return InvalidArgument(names[k], " is uninitialized (input ", inputs[k], " of ",
                                ctx->op_kernel().name(),
@@ -158,7 +157,32 @@ class LockedVariables {
   Tensor* tensor(int k) { return &tensors_[k]; }
 
  private:
-  std::optional<tensorflow::VariableInputLockHolder> lock_;
+  using Variables = std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>;
+  // The type of Var::mu(): tsl::mutex, which newer TensorFlow marks deprecated
+  // in favour of absl::Mutex, while Var still hands it out.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  using Mutex = std::remove_pointer_t<decltype(std::declval<tensorflow::Var&>().mu())>;
+#pragma GCC diagnostic pop
+
+  // Each distinct mutex once, in address order (no deadlock with another op
+  // locking an overlapping set).
+  void Lock(const Variables& variables, bool exclusive) {
+    std::vector<Mutex*> mutexes;
+    for (const auto& var : variables) mutexes.push_back(var->mu());
+    std::sort(mutexes.begin(), mutexes.end());
+    mutexes.erase(std::unique(mutexes.begin(), mutexes.end()), mutexes.end());
+    for (Mutex* mu : mutexes) {
+      if (exclusive) {
+        exclusive_.emplace_back(*mu);
+      } else {
+        shared_.emplace_back(*mu);
+      }
+    }
+  }
+
+  std::vector<std::unique_lock<Mutex>> exclusive_;
+  std::vector<std::shared_lock<Mutex>> shared_;
   std::vector<Tensor> tensors_;
 };
 

@@ -8,7 +8,7 @@ keep this file a plain dict literal.
 
 Why: the host glibc (2.36 here) and libstdc++ (GCC 12) bind plain references to
 their newest versions, which TensorFlow's own libtensorflow_framework.so.2
-(glibc 2.27, GLIBCXX 3.4.22) does not need. See docs/design.md, "Production".
+(glibc 2.27, GLIBCXX 3.4.22 in TensorFlow 2.21; older in older ones) does not need. See docs/design.md, "Production".
 """
 
 SYMBOL_PINS = {
@@ -70,8 +70,14 @@ SYMBOL_PINS = {
     # of the TensorFlow and Eigen headers the kernels include. GCC 12 added GLIBCXX_3.4.30 (a version that lets
     # thread cancellation unwind); GLIBCXX_3.4.11 is the same wait, noexcept.
     "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE": "_ZNSt18condition_variable4waitERSt11unique_lockISt5mutexE@GLIBCXX_3.4.11",
-    # std::__throw_bad_array_new_length() (GLIBCXX_3.4.29, GCC 11), called by
-    # std::allocator when a size overflows. __cxa_throw_bad_array_new_length
-    # (GCC 4.9) throws the same std::bad_array_new_length.
-    "_ZSt28__throw_bad_array_new_lengthv": "__cxa_throw_bad_array_new_length@CXXABI_1.3.8",
+    # std::__throw_bad_array_new_length() (GLIBCXX_3.4.29, GCC 11) and
+    # __cxa_throw_bad_array_new_length (CXXABI_1.3.8, GCC 4.9), called when the
+    # size of a `new T[n]` overflows. TensorFlow 2.15's library needs no more
+    # than CXXABI_1.3.7 (GCC 4.8): std::__throw_bad_alloc() throws the base
+    # class, std::bad_alloc, which is what callers catch.
+    "_ZSt28__throw_bad_array_new_lengthv": "_ZSt17__throw_bad_allocv@GLIBCXX_3.4",
+    "__cxa_throw_bad_array_new_length": "_ZSt17__throw_bad_allocv@GLIBCXX_3.4",
+    # operator delete(void*, size_t) (CXXABI_1.3.9, GCC 5: C++14 sized
+    # deallocation) frees exactly as operator delete(void*), which ignores the size.
+    "_ZdlPvm": "_ZdlPv@GLIBCXX_3.4",
 }
