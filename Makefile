@@ -9,8 +9,8 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
-.PHONY: deps bazel venv configure build wheel test bench demo clean gpu-check-build gpu-check \
-	format lint clang-format
+.PHONY: deps bazel venv configure build wheel wheel-all matrix test bench demo clean \
+	gpu-check-build gpu-check format lint clang-format
 
 deps: bazel venv
 
@@ -35,11 +35,13 @@ venv: $(VENV)/.installed
 configure: deps
 	./configure.sh
 
-# Builds the op library and copies it into the source package, so tests (and
-# `PYTHONPATH=python`) use it in place.
+# Builds the op library for the .venv's TensorFlow and stages it in the source
+# package (python/tf_opt_ops/libs/tf<minor>/), so tests (and `PYTHONPATH=python`)
+# use it in place.
 build: deps .bazelrc
 	bazel build $(BAZEL_TARGETS)
-	install -m 644 bazel-bin/tf_opt_ops/_tf_opt_ops.so bazel-bin/tf_opt_ops/_build_info.py $(PKG)/
+	$(PY) tools/stage_library.py --out $(PKG)/libs \
+	  bazel-bin/tf_opt_ops/_tf_opt_ops.so bazel-bin/tf_opt_ops/_build_info.py
 
 wheel: build
 	bazel build //:wheel
@@ -49,6 +51,21 @@ wheel: build
 
 test: wheel
 	$(PY) -m pytest tests -q -ra
+
+# ------------------------------------------------------ TensorFlow versions
+# build_deps/tf_versions.txt lists the supported TensorFlow versions. `make
+# wheel-all` builds the library for each (a build venv per version under .venvs/)
+# and writes the release wheel, holding all of them, to dist/; TF_VERSIONS="2.15
+# 2.21" builds a subset. `make matrix` installs dist/'s wheel into a fresh venv
+# per version and runs tests/matrix/ there (tools/matrix.sh; results in
+# build/matrix/).
+TF_VERSIONS ?= $(shell awk '!/^\#/ && NF {print $$1}' build_deps/tf_versions.txt)
+
+wheel-all: deps
+	tools/wheel_all.sh $(TF_VERSIONS)
+
+matrix:
+	tools/matrix.sh $(TF_VERSIONS)
 
 # Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
 # and runs ruff (ruff.toml). CI runs `make lint`.
@@ -132,4 +149,4 @@ gpu-check: $(GPU_CHECK_LIB)
 
 clean:
 	-bazel clean
-	rm -rf dist $(PKG)/_tf_opt_ops.so $(PKG)/_build_info.py $(GPU_CHECK_DIR)
+	rm -rf dist build $(PKG)/libs $(GPU_CHECK_DIR)

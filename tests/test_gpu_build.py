@@ -13,7 +13,7 @@
   (the NumPy references the GPU check holds the CUDA kernels to) computes, so
   the references are themselves checked against the CPU kernels here.
 
-The first two groups skip on a CPU-only build (_build_info.CUDA_VERSION is
+The first two groups skip on a CPU-only build (BUILD_INFO's CUDA_VERSION is
 None) unless TF_OPT_OPS_EXPECT_CUDA=1, which makes them fail instead.
 """
 
@@ -29,14 +29,14 @@ import tensorflow as tf
 from tensorflow.python.framework import kernels
 
 import tf_opt_ops
-from tf_opt_ops import _build_info
 from tf_opt_ops import _loader
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-CUDA_VERSION = getattr(_build_info, "CUDA_VERSION", None)
+BUILD_INFO = _loader.build_info()
+CUDA_VERSION = BUILD_INFO.get("CUDA_VERSION")
 EXPECT_CUDA = os.environ.get("TF_OPT_OPS_EXPECT_CUDA") == "1"
 
 needs_cuda_build = pytest.mark.skipif(
@@ -74,8 +74,8 @@ def _registered(op, device):
 
 @needs_cuda_build
 def test_build_info_records_cuda():
-  assert CUDA_VERSION is not None, "_build_info.CUDA_VERSION is None: not a CUDA build"
-  assert list(_build_info.CUDA_ARCHS), "no GPU architectures recorded"
+  assert CUDA_VERSION is not None, "CUDA_VERSION is None: not a CUDA build"
+  assert list(BUILD_INFO["CUDA_ARCHS"]), "no GPU architectures recorded"
 
 
 @needs_cuda_build
@@ -164,7 +164,7 @@ def _expected_archs():
   """The architectures of the configured build: the .so's own when it is a
   CUDA build configured here, else the default configure.sh would use."""
   if CUDA_VERSION is not None and os.path.exists(os.path.join(ROOT, ".bazelrc")):
-    return [str(a) for a in _build_info.CUDA_ARCHS]
+    return [str(a) for a in BUILD_INFO["CUDA_ARCHS"]]
   script = 'TF_CUDA_ARCHS=; eval "$(grep "^cuda_archs=" configure.sh)"; echo "$cuda_archs"'
   out = subprocess.run(["bash", "-c", script], cwd=ROOT, check=True, capture_output=True,
                        text=True).stdout.strip()

@@ -2,6 +2,7 @@
 SavedModel that names the missing op (see docs/design.md, "Production")."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -30,8 +31,22 @@ def library_at(monkeypatch):
 
 def test_missing_library_says_how_to_build(library_at, tmp_path):
   library_at(str(tmp_path / "_tf_opt_ops.so"))
-  with pytest.raises(ImportError, match="is missing.*make build.*make wheel"):
+  running = tf.__version__
+  minor = ".".join(running.split(".")[:2])
+  with pytest.raises(
+      ImportError, match=rf"no op library for TensorFlow {re.escape(minor)} at .*holds "
+      r"libraries for TensorFlow 2\.15, 2\.21.*make wheel-all.*make build"):
+    raise ImportError(_loader.missing_library_message(running, ["2.15", "2.21"]))
+  with pytest.raises(ImportError, match=rf"no op library for TensorFlow {re.escape(minor)}"):
     _loader.load_library()
+
+
+@pytest.mark.parametrize("running", ["2.14.1", "2.22.0", "3.0.0"])
+def test_unsupported_tensorflow_names_the_supported_ones(running):
+  message = _loader.missing_library_message(running, ["2.21"])
+  assert f"runs TensorFlow {running}, which tf_opt_ops does not support" in message
+  assert "TensorFlow 2.15, 2.16, 2.17, 2.18, 2.19, 2.20, 2.21" in message
+  assert "build tf_opt_ops for this TensorFlow from source" in message and "make build" in message
 
 
 def test_other_tensorflow_version_names_both():
@@ -55,7 +70,7 @@ def test_undefined_symbol_becomes_an_import_error(library_at, tmp_path):
   library_at(str(library))
   with pytest.raises(
       ImportError, match="needs a symbol this TensorFlow does not export.*tf_opt_ops_no_such_symbol"
-      ".*Rebuild"):
+      ".*build it for this TensorFlow"):
     _loader.load_library()
 
 
@@ -63,7 +78,7 @@ def test_corrupt_library_becomes_an_import_error(library_at, tmp_path):
   library = tmp_path / "_tf_opt_ops.so"
   library.write_bytes(b"not an ELF file")
   library_at(str(library))
-  with pytest.raises(ImportError, match="loading .* failed.*Rebuild"):
+  with pytest.raises(ImportError, match="loading .* failed.*build it for this TensorFlow"):
     _loader.load_library()
 
 

@@ -1,6 +1,7 @@
 """The library loads wherever TensorFlow loads, and its wheel says so.
 
-- _tf_opt_ops.so (in the source tree and in the wheel from `make wheel`) needs
+- _tf_opt_ops.so for the running TensorFlow (in the source tree and in the
+  wheel from `make wheel`) needs
   no newer glibc, libstdc++ or libgcc symbol versions than TensorFlow's own
   libtensorflow_framework.so.2, read here, nor than TensorFlow 2.21's fixed
   ceilings (those of manylinux_2_27);
@@ -29,7 +30,6 @@ import zipfile
 import pytest
 import tensorflow as tf
 
-from tf_opt_ops import _build_info
 from tf_opt_ops import _loader
 from test_gpu_build import _tool  # binutils, or a failure that says to install it
 from test_wheel import built_wheel
@@ -37,6 +37,8 @@ from test_wheel import built_wheel
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRAMEWORK = "libtensorflow_framework.so.2"
 PLATFORM = "manylinux_2_27_x86_64"
+# The running TensorFlow's library inside the wheel.
+WHEEL_LIBRARY = f"tf_opt_ops/libs/tf{'.'.join(tf.__version__.split('.')[:2])}/_tf_opt_ops.so"
 # TensorFlow 2.21's libtensorflow_framework.so.2 needs GLIBC_2.27, GLIBCXX_3.4.22
 # and CXXABI_1.3.11; GCC_7.0.0 is manylinux_2_27's libgcc_s ceiling.
 CEILINGS = {"GLIBC": "2.27", "GLIBCXX": "3.4.22", "CXXABI": "1.3.11", "GCC": "7.0.0"}
@@ -76,7 +78,7 @@ def library(request, tmp_path_factory):
   if request.param == "package":
     return _loader.LIBRARY_PATH
   with zipfile.ZipFile(built_wheel()) as wheel:
-    return wheel.extract("tf_opt_ops/_tf_opt_ops.so", tmp_path_factory.mktemp("wheel"))
+    return wheel.extract(WHEEL_LIBRARY, tmp_path_factory.mktemp("wheel"))
 
 
 def _framework_path():
@@ -134,7 +136,7 @@ def test_version_pins_reach_their_old_versions(library):
       if line.split() and line.split()[-1].startswith("__wrap_")
   }
   assert trampolines <= pins.keys(), sorted(trampolines - pins.keys())
-  if _build_info.CUDA_VERSION is not None:
+  if _loader.build_info().get("CUDA_VERSION") is not None:
     # The static CUDA runtime starts threads: a CUDA build without this pin lost them all.
     assert "pthread_create" in trampolines, "no pin trampolines in a CUDA build"
   imports = _imports(library)
@@ -163,7 +165,7 @@ def test_old_glibc_homes_of_pinned_functions_are_needed(library):
       home for symbol, version in _imports(library) if version.startswith("GLIBC_")
       for prefix, home in _PRE_2_34_HOME.items() if symbol.startswith(prefix)
   }
-  if _build_info.CUDA_VERSION is not None:
+  if _loader.build_info().get("CUDA_VERSION") is not None:
     assert homes == set(_PRE_2_34_HOME.values()), homes  # the CUDA runtime uses all three
   assert homes <= needed, f"not NEEDED: {sorted(homes - needed)}"
 
@@ -249,6 +251,8 @@ def test_auditwheel_accepts_manylinux_2_27_without_changing_the_library(tmp_path
   assert os.path.basename(repaired) == os.path.basename(wheel)
   with zipfile.ZipFile(wheel) as ours, zipfile.ZipFile(repaired) as theirs:
     # Nothing grafted, nothing patched: the wheel was already what auditwheel makes.
-    assert ours.read("tf_opt_ops/_tf_opt_ops.so") == theirs.read("tf_opt_ops/_tf_opt_ops.so")
-    libraries = [n for n in theirs.namelist() if n.endswith(".so") or ".so." in n]
-    assert libraries == ["tf_opt_ops/_tf_opt_ops.so"], libraries
+    libraries = [n for n in ours.namelist() if n.endswith(".so") or ".so." in n]
+    assert WHEEL_LIBRARY in libraries, libraries
+    for library in libraries:
+      assert ours.read(library) == theirs.read(library), library
+    assert [n for n in theirs.namelist() if n.endswith(".so") or ".so." in n] == libraries

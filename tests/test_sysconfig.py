@@ -9,10 +9,13 @@ import sys
 import textwrap
 
 import pytest
+import tensorflow as tf
 
+import tf_opt_ops_sysconfig
 from tf_opt_ops import _loader
 
 PACKAGE_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+TF_MINOR = ".".join(tf.__version__.split(".")[:2])
 
 
 def run_python(code, *args):
@@ -27,6 +30,8 @@ def test_sysconfig_loads_no_tensorflow_keras_or_package():
       import json, sys
       import tf_opt_ops_sysconfig as sysconfig
       info = dict(path=sysconfig.get_library_path(), lib=sysconfig.get_lib(),
+                  libdir=sysconfig.get_library_dir(), tf=sysconfig.installed_tf_version(),
+                  path215=sysconfig.get_library_path("2.15.1"),
                   include=sysconfig.get_include(), cflags=sysconfig.get_compile_flags(),
                   lflags=sysconfig.get_link_flags(), build=sysconfig.get_build_info())
       loaded = [m for m in sys.modules
@@ -36,7 +41,10 @@ def test_sysconfig_loads_no_tensorflow_keras_or_package():
   info = json.loads(out)
   assert info["loaded"] == []
   assert info["path"] == _loader.LIBRARY_PATH
-  assert info["lib"] == os.path.dirname(_loader.LIBRARY_PATH)
+  assert info["tf"] == tf.__version__  # read without importing TensorFlow
+  assert info["libdir"] == os.path.dirname(_loader.LIBRARY_PATH)
+  assert info["libdir"] == os.path.join(info["lib"], "libs", "tf" + TF_MINOR)
+  assert info["path215"] == os.path.join(info["lib"], "libs", "tf2.15", "_tf_opt_ops.so")
   assert os.path.isfile(os.path.join(info["include"], "tensorflow", "c", "c_api.h"))
   assert info["build"]["BUILD_ID"] == _loader.built_id()
   assert info["build"]["TF_VERSION"] == _loader.built_against_tf_version()
@@ -44,6 +52,9 @@ def test_sysconfig_loads_no_tensorflow_keras_or_package():
 
 def test_command_line_prints_the_path_and_flags():
   assert run_python(None, "-m", "tf_opt_ops_sysconfig").strip() == _loader.LIBRARY_PATH
+  assert run_python(None, "-m", "tf_opt_ops_sysconfig", "--tf-version",
+                    "2.17").strip().endswith(os.path.join("libs", "tf2.17", "_tf_opt_ops.so"))
+  assert TF_MINOR in run_python(None, "-m", "tf_opt_ops_sysconfig", "--list").split()
   assert run_python(None, "-m", "tf_opt_ops_sysconfig", "--build-id").strip() == _loader.built_id()
   lflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags").split()
   assert f"-L{os.path.dirname(_loader.LIBRARY_PATH)}" in lflags
@@ -97,5 +108,18 @@ def test_the_wheel_ships_it_beside_the_package(tmp_path):
   env = dict(os.environ, PYTHONPATH=str(target))
   out = subprocess.run([sys.executable, "-m", "tf_opt_ops_sysconfig"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, check=True).stdout
-  assert out.strip() == str(target / "tf_opt_ops" / "_tf_opt_ops.so")
+  assert out.strip() == str(target / "tf_opt_ops" / "libs" / f"tf{TF_MINOR}" / "_tf_opt_ops.so")
   assert os.path.isfile(out.strip())
+
+
+def test_supported_versions_are_the_ones_the_build_knows():
+  with open(os.path.join(os.path.dirname(PACKAGE_ROOT), "build_deps", "tf_versions.txt")) as f:
+    built = [line.split()[0] for line in f if line.strip() and not line.startswith("#")]
+  assert tuple(built) == tf_opt_ops_sysconfig.SUPPORTED_TF_VERSIONS
+  assert TF_MINOR in tf_opt_ops_sysconfig.SUPPORTED_TF_VERSIONS
+
+
+@pytest.mark.parametrize("version, minor", [("2.15.1", "2.15"), ("2.21.0rc1", "2.21"),
+                                            ("2.16", "2.16"), ("10.2.3", "10.2")])
+def test_tf_minor(version, minor):
+  assert tf_opt_ops_sysconfig.tf_minor(version) == minor

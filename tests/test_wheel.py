@@ -39,10 +39,13 @@ def test_wheel_installs_into_a_fresh_virtualenv(tmp_path):
                   built_wheel()], check=True)
   check = textwrap.dedent(f"""
       import os, numpy as np, tensorflow as tf
-      import tf_opt_ops
-      from tf_opt_ops import ops
+      import tf_opt_ops, tf_opt_ops_sysconfig
+      from tf_opt_ops import _loader, ops
       assert tf_opt_ops.__file__.startswith({str(venv)!r}), tf_opt_ops.__file__
-      assert os.path.exists(os.path.join(os.path.dirname(tf_opt_ops.__file__), "_tf_opt_ops.so"))
+      minor = ".".join(tf.__version__.split(".")[:2])
+      assert _loader.LIBRARY_PATH == os.path.join(
+          os.path.dirname(tf_opt_ops.__file__), "libs", "tf" + minor, "_tf_opt_ops.so")
+      assert minor in tf_opt_ops_sysconfig.built_tf_versions()
       var, m, v = (tf.Variable(tf.zeros((3, 2))) for _ in range(3))
       ops.sparse_lazy_adam(var, m, v, [[1.0, -2.0], [1.0, 0.5]], [2, 2], lr=0.1,
                            beta_1_power=0.9, beta_2_power=0.999)

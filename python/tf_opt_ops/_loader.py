@@ -7,49 +7,62 @@ import os
 import sys
 
 import tensorflow as tf
+import tf_opt_ops_sysconfig
 from tensorflow.core.framework import op_def_pb2
 from tensorflow.python.client import pywrap_tf_session
 from tensorflow.python.framework import _pywrap_python_op_gen
 
-LIBRARY_NAME = "_tf_opt_ops.so"
-LIBRARY_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_NAME)
 OP_PREFIX = "TfOptOps>"
 BUILD_ID_OP = OP_PREFIX + "BuildId"
+# The library built for the running TensorFlow (the wheel holds one per supported minor).
+LIBRARY_PATH = tf_opt_ops_sysconfig.get_library_path(tf.__version__)
 
-_REBUILD = (
-    "Rebuild it for this TensorFlow from the source tree with `./configure.sh && make build`, "
-    "or install a tf_opt_ops wheel built for this TensorFlow (`make wheel`).")
+_BUILD_FROM_SOURCE = (
+    "To build it for this TensorFlow from a source tree: `make build` (or `./configure.sh && "
+    "bazel build //tf_opt_ops:_tf_opt_ops.so`); see docs/building.md.")
 
 
-def _major_minor(version):
-  return tuple(version.split(".")[:2])
+def build_info():
+  """What the library for the running TensorFlow was built against (its _build_info.py)."""
+  return tf_opt_ops_sysconfig.get_build_info(tf.__version__)
 
 
 def built_against_tf_version():
-  """The TensorFlow version the library beside this file was built against."""
-  from tf_opt_ops import _build_info  # pylint: disable=g-import-not-at-top
+  """The TensorFlow version the library for the running TensorFlow was built against."""
+  return build_info()["TF_VERSION"]
 
-  return _build_info.TF_VERSION
+
+def built_id():
+  """The build id of that library (a hash of what it was built from)."""
+  return build_info().get("BUILD_ID")
 
 
 def check_tf_version(built, running):
-  """Raises ImportError when the library's TensorFlow differs from the running one.
+  """Raises ImportError when the library's TensorFlow minor differs from the running one.
 
   TensorFlow's C++ kernel API has no stable ABI across minor releases, so a
   mismatch crashes at the first op call instead of failing cleanly: refuse it.
   """
-  if _major_minor(built) != _major_minor(running):
-    raise ImportError(
-        f"tf_opt_ops: {LIBRARY_PATH} was built against TensorFlow {built}, but this "
-        f"process runs TensorFlow {running}. Install tensorflow=={built} (or tensorflow-cpu), "
-        f"or: {_REBUILD}")
+  if tf_opt_ops_sysconfig.tf_minor(built) != tf_opt_ops_sysconfig.tf_minor(running):
+    raise ImportError(f"tf_opt_ops: {LIBRARY_PATH} was built against TensorFlow {built}, but this "
+                      f"process runs TensorFlow {running}. Reinstall the tf_opt_ops wheel. "
+                      f"{_BUILD_FROM_SOURCE}")
 
 
-def built_id():
-  """The build id of the library beside this file (a hash of what it was built from)."""
-  from tf_opt_ops import _build_info  # pylint: disable=g-import-not-at-top
-
-  return getattr(_build_info, "BUILD_ID", None)
+def missing_library_message(running, built):
+  """Why there is no library for TensorFlow `running` here, and what to do."""
+  minor = tf_opt_ops_sysconfig.tf_minor(running)
+  supported = ", ".join(tf_opt_ops_sysconfig.SUPPORTED_TF_VERSIONS)
+  has = f"it holds libraries for TensorFlow {', '.join(built)}" if built else "it holds none"
+  if minor not in tf_opt_ops_sysconfig.SUPPORTED_TF_VERSIONS:
+    return (f"tf_opt_ops: this process runs TensorFlow {running}, which tf_opt_ops does not "
+            f"support; the supported versions are TensorFlow {supported} ({has}). Install one "
+            f"of those, or build tf_opt_ops for this TensorFlow from source at your own risk. "
+            f"{_BUILD_FROM_SOURCE}")
+  return (f"tf_opt_ops: no op library for TensorFlow {minor} at {LIBRARY_PATH}: this "
+          f"installation was built for part of the supported versions ({has}). Install the "
+          f"release wheel, which holds one for each of TensorFlow {supported} (`make "
+          f"wheel-all`). {_BUILD_FROM_SOURCE}")
 
 
 def registered_ops():
@@ -105,14 +118,13 @@ def load_library():
   """Returns the loaded op module (generated Python wrappers of the custom ops)."""
   if not os.path.exists(LIBRARY_PATH):
     raise ImportError(
-        f"tf_opt_ops: the op library {LIBRARY_PATH} is missing. In a source tree run "
-        f"`make build` (it builds the library with Bazel and copies it here); otherwise "
-        f"install the wheel from `make wheel`.")
+        missing_library_message(tf.__version__, tf_opt_ops_sysconfig.built_tf_versions()))
   try:
     built = built_against_tf_version()
-  except ImportError as e:
-    raise ImportError(
-        f"tf_opt_ops: {LIBRARY_PATH} has no build record (_build_info.py). {_REBUILD}") from e
+  except (OSError, KeyError) as e:
+    raise ImportError(f"tf_opt_ops: {LIBRARY_PATH} has no build record "
+                      f"({tf_opt_ops_sysconfig.BUILD_INFO_NAME} beside it). Reinstall the "
+                      f"tf_opt_ops wheel. {_BUILD_FROM_SOURCE}") from e
   check_tf_version(built, tf.__version__)
   registered = registered_ops()
   if registered:
@@ -128,6 +140,7 @@ def load_library():
       raise ImportError(
           f"tf_opt_ops: {LIBRARY_PATH} needs a symbol this TensorFlow does not export "
           f"({message.strip()}). It was built against a different TensorFlow build or "
-          f"compiler ABI. {_REBUILD}") from e
+          f"compiler ABI. {_BUILD_FROM_SOURCE}") from e
     raise ImportError(
-        f"tf_opt_ops: loading {LIBRARY_PATH} failed: {message.strip()}. {_REBUILD}") from e
+        f"tf_opt_ops: loading {LIBRARY_PATH} failed: {message.strip()}. {_BUILD_FROM_SOURCE}"
+    ) from e
