@@ -2,12 +2,27 @@
 # Writes .bazelrc for building _tf_opt_ops.so against the installed TensorFlow
 # (and the CUDA toolkit, when nvcc is found).
 #
+#   ./configure.sh [--bazelrc FILE]
+#
 # No prompts, no network. Python: $PYTHON_BIN_PATH, else ./.venv/bin/python,
 # else python3. Everything TensorFlow-specific (headers, library, ABI and
-# C++ flags, version) comes from tf.sysconfig of that Python.
+# C++ flags, version) comes from tf.sysconfig of that Python, so pointing
+# PYTHON_BIN_PATH at a virtualenv of another TensorFlow configures a build for
+# that version. --bazelrc writes the configuration to FILE instead of
+# .bazelrc, for `bazel --noworkspace_rc --bazelrc=FILE build ...` (`make
+# wheel-all` keeps one per TensorFlow version).
 set -euo pipefail
 cd "$(dirname "$0")"
 root="$(pwd)"
+
+bazelrc="$root/.bazelrc"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bazelrc) bazelrc="$(realpath -m "${2:?--bazelrc needs a file}")"; shift 2 ;;
+    *) echo "configure.sh: unknown argument '$1' (usage: ./configure.sh [--bazelrc FILE])" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$(dirname "$bazelrc")"
 
 python="${PYTHON_BIN_PATH:-}"
 if [[ -z "$python" ]]; then
@@ -113,10 +128,10 @@ fi
   echo "build --spawn_strategy=standalone"
   echo "build --strategy=Genrule=standalone"
   echo "build --show_result=0"
-} > .bazelrc
+} > "$bazelrc"
 
 if [[ -n "$cuda_path" ]]; then
-  echo "configure.sh: wrote .bazelrc for TensorFlow $tf_version, CUDA $cuda_version at $cuda_path (archs $cuda_archs)"
+  echo "configure.sh: wrote ${bazelrc#$root/} for TensorFlow $tf_version, CUDA $cuda_version at $cuda_path (archs $cuda_archs)"
 else
-  echo "configure.sh: wrote .bazelrc for TensorFlow $tf_version, CPU only (no CUDA compiler found or TF_NEED_CUDA=0)"
+  echo "configure.sh: wrote ${bazelrc#$root/} for TensorFlow $tf_version, CPU only (no CUDA compiler found or TF_NEED_CUDA=0)"
 fi
