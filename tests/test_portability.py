@@ -35,37 +35,23 @@ from test_gpu_build import _tool  # binutils, or a failure that says to install 
 from test_wheel import built_wheel
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
+import symbol_versions  # pylint: disable=g-import-not-at-top,wrong-import-position
 FRAMEWORK = "libtensorflow_framework.so.2"
 PLATFORM = "manylinux_2_27_x86_64"
 # The running TensorFlow's library inside the wheel.
 WHEEL_LIBRARY = f"tf_opt_ops/libs/tf{'.'.join(tf.__version__.split('.')[:2])}/_tf_opt_ops.so"
 # TensorFlow 2.21's libtensorflow_framework.so.2 needs GLIBC_2.27, GLIBCXX_3.4.22
 # and CXXABI_1.3.11; GCC_7.0.0 is manylinux_2_27's libgcc_s ceiling.
-CEILINGS = {"GLIBC": "2.27", "GLIBCXX": "3.4.22", "CXXABI": "1.3.11", "GCC": "7.0.0"}
+CEILINGS = symbol_versions.CEILINGS
 
 
 def _run(*args):
   return subprocess.run(args, check=True, capture_output=True, text=True).stdout
 
 
-def _version_key(version):
-  return tuple(int(part) for part in version.split("."))
-
-
-def required_versions(path):
-  """{family: newest version} of the symbol versions `path` needs (.gnu.version_r).
-
-  Families are the version name prefixes: GLIBC, GLIBCXX, CXXABI, GCC.
-  """
-  newest = {}
-  for name in re.findall(r"Name: (\S+)", _run(_tool("readelf"), "-V", "--wide", path)):
-    match = re.fullmatch(r"([A-Z]+)_(\d+(?:\.\d+)*)", name)
-    if not match:
-      continue  # non-numeric names such as CXXABI_TM_1 or GLIBC_PRIVATE
-    family, version = match.groups()
-    if family not in newest or _version_key(version) > _version_key(newest[family]):
-      newest[family] = version
-  return newest
+_version_key = symbol_versions.version_key
+required_versions = symbol_versions.required_versions
 
 
 def _dynamic_section(path):
@@ -94,15 +80,7 @@ def test_tensorflow_needs_what_this_test_assumes():
 
 
 def test_library_needs_no_newer_versions_than_tensorflow(library):
-  ours = required_versions(library)
-  framework = required_versions(_framework_path())
-  assert ours.keys() <= CEILINGS.keys(), f"unexpected symbol version families: {ours}"
-  too_new = {
-      family: (version, framework.get(family, CEILINGS[family]), CEILINGS[family])
-      for family, version in ours.items()
-      if _version_key(version) > _version_key(framework.get(family, CEILINGS[family])) or
-      _version_key(version) > _version_key(CEILINGS[family])
-  }
+  too_new = symbol_versions.too_new(library, _framework_path())
   assert not too_new, (
       f"{library} needs newer symbol versions than TensorFlow's {FRAMEWORK} "
       f"(needed, TensorFlow's, ceiling): {too_new}. Find the symbols with `objdump -T` and pin "

@@ -40,6 +40,9 @@ for minor in "${versions[@]}"; do
   PYTHON_BIN_PATH="$root/$venv/bin/python" ./configure.sh --bazelrc "$rc"
   start=$SECONDS
   bazel --noworkspace_rc --bazelrc="$rc" build //:wheel
+  # Loads wherever this TensorFlow loads: no newer glibc/libstdc++ symbol versions.
+  framework=("$venv"/lib/python3*/site-packages/tensorflow/libtensorflow_framework.so.2)
+  "$python" tools/symbol_versions.py bazel-bin/tf_opt_ops/_tf_opt_ops.so "${framework[0]}"
   cp -f bazel-bin/tf_opt_ops-*.whl "build/wheels/tf$minor.whl"
   echo "wheel_all: TensorFlow $minor built in $((SECONDS - start)) s"
 done
