@@ -410,18 +410,22 @@ def adam_cases(quick):
   ]
 
 
-def write_results(report, stem, render, plot):
-  """Writes the report as JSON, its table as Markdown and its plot as PNG; prints the table."""
+def write_results(report, stem, render, plot=None):
+  """Writes the report as JSON, its table as Markdown and its plot (if any) as PNG; prints the
+  table."""
   os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
   table = render(report)
   with open(stem + ".json", "w") as f:
     json.dump(report, f, indent=1)
   with open(stem + ".md", "w") as f:
     f.write(table + "\n")
-  plot(report, stem + ".png")
+  written = [stem + ".json", stem + ".md"]
+  if plot is not None:
+    plot(report, stem + ".png")
+    written.append(stem + ".png")
   print()
   print(table)
-  print(f"\nwrote {stem}.json, {stem}.md, {stem}.png in {report['seconds']:.0f} s")
+  print(f"\nwrote {', '.join(written)} in {report['seconds']:.0f} s")
 
 
 def argument_parser(description, quick_help):
