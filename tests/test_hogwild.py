@@ -27,8 +27,8 @@ def _grad():
 
 
 def _lazy_adam(variables, grad):
-  ops.sparse_lazy_adam(*variables, grad, INDICES, lr=0.01, beta_1=0.9, beta_2=0.999,
-                       epsilon=1e-7, beta_1_power=0.9, beta_2_power=0.999)
+  ops.sparse_lazy_adam(*variables, grad, INDICES, lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
+                       beta_1_power=0.9, beta_2_power=0.999)
 
 
 def _clippy(variables, grad):
@@ -70,8 +70,10 @@ def test_concurrent_updates_all_land(update, num_variables):
     while not done.is_set():
       tf.reduce_sum(concurrent[0].read_value()).numpy()  # dense reads alias the buffer
 
-  threads = [threading.Thread(target=applier, args=(UPDATES_PER_THREAD - (k == 0),))
-             for k in range(THREADS)]
+  threads = [
+      threading.Thread(target=applier, args=(UPDATES_PER_THREAD - (k == 0),))
+      for k in range(THREADS)
+  ]
   threads.append(threading.Thread(target=reader))
   for t in threads:
     t.start()

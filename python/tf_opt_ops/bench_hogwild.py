@@ -54,16 +54,14 @@ def _batches(n, seed=0):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   return [(tf.constant(rng.standard_normal((BATCH, DIM)).astype(np.float32)),
-           tf.constant(rng.choice(ROWS, BATCH, replace=False).astype(np.int64)))
-          for _ in range(n)]
+           tf.constant(rng.choice(ROWS, BATCH, replace=False).astype(np.int64))) for _ in range(n)]
 
 
 def run_threads(variant, appliers, seconds):
   """Updates per second of `appliers` threads updating one table in one process."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  table = [tf.Variable(tf.random.normal((ROWS, DIM)))] + [
-      tf.Variable(tf.zeros((ROWS, DIM))) for _ in range(2)
-  ]
+  table = [tf.Variable(tf.random.normal(
+      (ROWS, DIM)))] + [tf.Variable(tf.zeros((ROWS, DIM))) for _ in range(2)]
   update = tf.function(_update_fn(variant))
   batches = _batches(8)
   for grad, indices in batches[:2]:
@@ -102,9 +100,8 @@ def run_cluster(variant, appliers, seconds):
     strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.chief_resolver())
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
-      table = [tf.Variable(tf.random.normal((ROWS, DIM)))] + [
-          tf.Variable(tf.zeros((ROWS, DIM))) for _ in range(2)
-      ]
+      table = [tf.Variable(tf.random.normal(
+          (ROWS, DIM)))] + [tf.Variable(tf.zeros((ROWS, DIM))) for _ in range(2)]
     update = _update_fn(variant)
 
     @tf.function
@@ -170,9 +167,10 @@ def main(argv=None):
     for n in appliers:
       row = {}
       for variant in VARIANTS:
-        result = bench.run_json_worker("tf_opt_ops.bench_hogwild",
-                                       ["--worker", json.dumps([mode, variant, n, seconds])],
-                                       None, MARKER, f"{mode} {variant} N={n}")
+        result = bench.run_json_worker(
+            "tf_opt_ops.bench_hogwild",
+            ["--worker", json.dumps([mode, variant, n, seconds])], None, MARKER,
+            f"{mode} {variant} N={n}")
         row[variant] = result["updates_per_s"]
         print(f"{mode} N={n} {variant}: {row[variant]:.1f} updates/s", flush=True)
       report["results"][f"{mode}/{n}"] = row
