@@ -36,7 +36,7 @@ from test_wheel import built_wheel
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))
-import symbol_versions  # pylint: disable=g-import-not-at-top,wrong-import-position
+import symbol_versions  # noqa: E402  (tools/ is not a package)
 
 FRAMEWORK = "libtensorflow_framework.so.2"
 PLATFORM = "manylinux_2_27_x86_64"

@@ -44,7 +44,7 @@ def required_versions(path):
 
 
 def too_new(library, reference):
-  """{family: (needed, reference's, ceiling)} for each family `library` needs too new a version of."""
+  """{family: (needed, reference's, ceiling)} of each family `library` needs too new."""
   ours = required_versions(library)
   theirs = required_versions(reference)
   unknown = ours.keys() - CEILINGS.keys()

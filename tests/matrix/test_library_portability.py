@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_opt_ops_sysconfig
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import symbol_versions  # pylint: disable=g-import-not-at-top,wrong-import-position
+import symbol_versions  # noqa: E402  (tools/ is not a package)
 
 LIBRARY = tf_opt_ops_sysconfig.get_library_path()
 FRAMEWORK = os.path.join(tf.sysconfig.get_lib(), "libtensorflow_framework.so.2")
