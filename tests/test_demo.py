@@ -92,14 +92,23 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   ])
   assert code == 0
   printed = capsys.readouterr().out
-  assert "| run | AUC | log loss | mean step (ms) | examples/s | speedup vs Adam |" in printed
+  assert ("| run | best AUC (at s) | final AUC | best log loss (at s) | final log loss "
+          "| mean step (ms) | examples/s | speedup vs Adam |") in printed
   assert f"plot: {out / 'demo.png'}" in printed
   with open(out / "results.json") as f:
     result = json.load(f)
   router, adam = result["runs"]
   assert router["name"].startswith("tf_opt_ops MultiOptimizer") and adam["name"] == "Keras Adam"
   for run in (router, adam):
-    assert set(run) == {"name", "auc", "log_loss", "mean_step_ms", "examples_per_second", "curve"}
+    assert set(run) == {
+        "name", "auc", "log_loss", "best_auc", "best_auc_seconds", "best_log_loss",
+        "best_log_loss_seconds", "mean_step_ms", "examples_per_second", "curve"
+    }
+    trained = run["curve"][1:]
+    assert run["best_auc"] == max(p[1] for p in trained) >= run["auc"]
+    assert run["best_log_loss"] == min(p[2] for p in trained) <= run["log_loss"]
+    assert [run["best_auc_seconds"], run["best_auc"]] in [p[:2] for p in trained]
+    assert [run["best_log_loss_seconds"], run["best_log_loss"]] in [[p[0], p[2]] for p in trained]
     assert run["mean_step_ms"] > 0 and run["examples_per_second"] > 0
     assert 0 < run["log_loss"] < 1
     check_curve(run, evaluations=1 + 2 * 4)  # at the start, then 4 per epoch
@@ -138,3 +147,11 @@ def test_demo_on_a_localhost_cluster(tmp_path, strategy):
   assert result["strategy"] == strategy and result["flavor"] == "tf_keras"
   for run in result["runs"]:
     check_curve(run, evaluations=1 + 2)
+
+
+def test_best_and_final_leave_out_the_untrained_start():
+  points = [(0.0, 0.5, 0.69), (1.0, 0.61, 0.60), (2.0, 0.59, 0.58), (3.0, 0.58, 0.62)]
+  assert demo.best_and_final(points) == {
+      "auc": 0.58, "log_loss": 0.62, "best_auc": 0.61, "best_auc_seconds": 1.0,
+      "best_log_loss": 0.58, "best_log_loss_seconds": 2.0
+  }
