@@ -37,7 +37,7 @@ def get_library_path():
 
 
 def get_build_info():
-  """What the library was built against: TF_VERSION, CXX11_ABI_FLAG, CUDA_VERSION, BUILD_ID."""
+  """What the library was built against: TF_VERSION, CUDA_VERSION, CUDA_MIN_DRIVER, BUILD_ID, ..."""
   path = os.path.join(get_lib(), "_build_info.py")
   scope = {}
   with open(path, encoding="utf-8") as f:
