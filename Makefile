@@ -12,8 +12,13 @@ BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 .PHONY: deps bazel venv configure build wheel test bench demo clean gpu-check-build gpu-check \
 	format lint clang-format cuda-toolchain
 
-# The CUDA toolchain (below) on x86_64, the platform of the CUDA wheels it is made of.
-deps: bazel venv $(if $(filter x86_64,$(shell uname -m)),cuda-toolchain)
+# The CUDA toolchain ("CUDA toolchain" below) on x86_64, the platform of the wheels it is
+# made of; configure.sh runs once it is there.
+CUDA_TOOLKIT_DIR := .toolchains/cuda-12.2
+CUDA_TOOLKIT_STAMP := $(CUDA_TOOLKIT_DIR)/.stamp
+CUDA_DEPS := $(if $(filter x86_64,$(shell uname -m)),$(CUDA_TOOLKIT_STAMP))
+
+deps: bazel venv $(CUDA_DEPS)
 
 bazel:
 	@if ! command -v bazel >/dev/null || ! dpkg -s bazel-platforms >/dev/null 2>&1; then \
@@ -30,7 +35,7 @@ $(VENV)/.installed: requirements-dev.txt
 
 venv: $(VENV)/.installed
 
-.bazelrc: configure.sh $(VENV)/.installed
+.bazelrc: configure.sh $(VENV)/.installed $(CUDA_DEPS)
 	./configure.sh
 
 configure: deps
@@ -88,16 +93,16 @@ bench: build
 # on CUDA 12 drivers, and PyPI has no CUDA 12 nvcc (docs/design.md, "GPU
 # boundary"). configure.sh finds both. Idempotent, and offline once assembled.
 CUDA_CLANG ?= clang-19
-CUDA_TOOLKIT_DIR := .toolchains/cuda-12.2
-CUDA_TOOLKIT_STAMP := $(CUDA_TOOLKIT_DIR)/.stamp
-
-cuda-toolchain: $(CUDA_TOOLKIT_STAMP)
-	@command -v $(CUDA_CLANG) >/dev/null || { echo "Installing Debian's clang-19"; \
+install_clang = command -v $(CUDA_CLANG) >/dev/null || { echo "Installing Debian's clang-19"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clang-19 >/dev/null; }
 
+cuda-toolchain: $(CUDA_TOOLKIT_STAMP)
+	@$(install_clang)
+
 $(CUDA_TOOLKIT_STAMP): build_deps/cuda/toolchain.sh build_deps/cuda/toolkit_requirements.txt \
 		build_deps/cuda/fatbinary.c | $(VENV)/.installed
+	@$(install_clang)
 	build_deps/cuda/toolchain.sh $(PY) $(CUDA_TOOLKIT_DIR)
 	touch $@
 
