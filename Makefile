@@ -10,9 +10,15 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
 .PHONY: deps bazel venv configure build wheel wheel-all matrix test bench demo clean \
-	gpu-check-build gpu-check format lint clang-format
+	gpu-check-build gpu-check format lint clang-format cuda-toolchain
 
-deps: bazel venv
+# The CUDA toolchain ("CUDA toolchain" below) on x86_64, the platform of the wheels it is
+# made of; configure.sh runs once it is there.
+CUDA_TOOLKIT_DIR := .toolchains/cuda-12.2
+CUDA_TOOLKIT_STAMP := $(CUDA_TOOLKIT_DIR)/.stamp
+CUDA_DEPS := $(if $(filter x86_64,$(shell uname -m)),$(CUDA_TOOLKIT_STAMP))
+
+deps: bazel venv $(CUDA_DEPS)
 
 bazel:
 	@if ! command -v bazel >/dev/null || ! dpkg -s bazel-platforms >/dev/null 2>&1; then \
@@ -29,7 +35,7 @@ $(VENV)/.installed: requirements-dev.txt
 
 venv: $(VENV)/.installed
 
-.bazelrc: configure.sh $(VENV)/.installed
+.bazelrc: configure.sh $(VENV)/.installed $(CUDA_DEPS)
 	./configure.sh
 
 configure: deps
@@ -97,19 +103,41 @@ bench: build
 	PYTHONPATH=python $(PY) -m tf_opt_ops.bench $(if $(QUICK),--quick)
 	PYTHONPATH=python $(PY) -m tf_opt_ops.bench_e2e $(if $(QUICK),--quick) $(E2E_ARGS)
 
+# ---------------------------------------------------------------- CUDA toolchain
+# The CUDA kernels are compiled by Debian's clang-19 against a CUDA 12.2 toolkit
+# assembled from hash-pinned PyPI wheels (ptxas, libdevice, headers, libcudart,
+# libnvfatbin) into .toolchains/ by build_deps/cuda/toolchain.sh: TensorFlow runs
+# on CUDA 12 drivers, and PyPI has no CUDA 12 nvcc (docs/design.md, "GPU
+# boundary"). configure.sh finds both. Idempotent, and offline once assembled.
+CUDA_CLANG ?= clang-19
+install_clang = command -v $(CUDA_CLANG) >/dev/null || { echo "Installing Debian's clang-19"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clang-19 >/dev/null; }
+
+cuda-toolchain: $(CUDA_TOOLKIT_STAMP)
+	@$(install_clang)
+
+$(CUDA_TOOLKIT_STAMP): build_deps/cuda/toolchain.sh build_deps/cuda/toolkit_requirements.txt \
+		build_deps/cuda/fatbinary.c | $(VENV)/.installed
+	@$(install_clang)
+	build_deps/cuda/toolchain.sh $(PY) $(CUDA_TOOLKIT_DIR)
+	touch $@
+
 # ---------------------------------------------------------------- GPU check
-# The CUDA kernels of the .so (the same .cu.cc files) plus gpu_check/capi.cu.cc,
-# built with plain nvcc into a small library that gpu_check/gpu_check.py drives
-# from NumPy through ctypes: no TensorFlow, no Bazel. `make gpu-check-build`
-# compiles it anywhere nvcc is (CI, no GPU needed); `make gpu-check` also runs
-# the checks and the benchmark. Without a GPU it prints "NO GPU" and exits 0
+# The CUDA kernels of the .so (the same .cu.cc files) plus gpu_check/capi.cu.cc
+# and the lazy CUDA runtime (tf_opt_ops/cuda_runtime_stub.cc), built with the
+# same clang, toolkit and flags into a small library that gpu_check/gpu_check.py
+# drives from NumPy through ctypes: no TensorFlow, no Bazel. The toolkit's
+# libcudart.so.12 is copied beside it (GPU machines may have no network), and
+# gpu_check.py loads that copy first. `make gpu-check-build` compiles it
+# anywhere the toolchain is (CI, no GPU needed); `make gpu-check` also runs the
+# checks and the benchmark. Without a GPU it prints "NO GPU" and exits 0
 # (GPU_CHECK_FLAGS=--require-gpu makes that exit 3); a failed check exits 1.
 #   make gpu-check GPU_CHECK_ARCHS=90 GPU_CHECK_FLAGS="--bench quick --json out.json"
-NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
-# The nvcc flags and GPU architectures are the Bazel build's, read from where
-# it keeps them: the flags from tf_opt_ops/nvcc_copts.bzl, the architectures
+# The clang flags and GPU architectures are the Bazel build's, read from where
+# it keeps them: the flags from tf_opt_ops/cuda_copts.bzl, the architectures
 # from the configured .bazelrc (TF_CUDA_ARCHS), else configure.sh's default.
-NVCC_COPTS_FILE := tf_opt_ops/nvcc_copts.bzl
+CUDA_COPTS_FILE := tf_opt_ops/cuda_copts.bzl
 configured_archs := $(shell sed -n 's/^build --repo_env=TF_CUDA_ARCHS=//p' .bazelrc 2>/dev/null)
 default_archs := $(shell sed -n 's/^cuda_archs="$${TF_CUDA_ARCHS:-\([0-9,]*\)}"$$/\1/p' configure.sh)
 GPU_CHECK_ARCHS ?= $(or $(configured_archs),$(default_archs))
@@ -119,25 +147,34 @@ GPU_CHECK_DIR := gpu_check/build
 GPU_CHECK_LIB := $(GPU_CHECK_DIR)/libtfo_gpu_check.so
 GPU_CHECK_SRCS := sparse_rows.cu.cc lazy_adam_kernels.cu.cc clippy_adagrad_kernels.cu.cc capi.cu.cc
 GPU_CHECK_HDRS := tf_opt_ops/gpu_launchers.h tf_opt_ops/gpu_kernel_util.cu.h \
-	tf_opt_ops/optimizer_math.h $(NVCC_COPTS_FILE)
+	tf_opt_ops/optimizer_math.h $(CUDA_COPTS_FILE)
 comma := ,
 gpu_archs = $(subst $(comma), ,$(GPU_CHECK_ARCHS))
-# SASS for each architecture, PTX for the last (as the Bazel build).
-GPU_GENCODE = $(foreach a,$(gpu_archs),-gencode=arch=compute_$(a),code=sm_$(a)) \
-	-gencode=arch=compute_$(lastword $(gpu_archs)),code=compute_$(lastword $(gpu_archs))
-GPU_NVCC_FLAGS := $(shell sed -n 's/^ *"\(-[^"]*\)",.*$$/\1/p' $(NVCC_COPTS_FILE)) -I.
+# SASS for each architecture, PTX for the last (as build_deps/cuda/cuda.bzl).
+GPU_ARCH_FLAGS = $(foreach a,$(gpu_archs),--cuda-gpu-arch=sm_$(a)) \
+	$(foreach a,$(filter-out $(lastword $(gpu_archs)),$(gpu_archs)),--no-cuda-include-ptx=sm_$(a))
+GPU_CUDA_FLAGS := --cuda-path=$(CUDA_TOOLKIT_DIR) \
+	$(shell sed -n 's/^ *"\(-[^"]*\)",.*$$/\1/p' $(CUDA_COPTS_FILE)) -I.
 vpath %.cu.cc tf_opt_ops gpu_check
 
 # Objects go to one folder per architecture list, so that new architectures
 # (a reconfigured .bazelrc) rebuild them and relink the library.
 GPU_CHECK_OBJ_DIR := $(GPU_CHECK_DIR)/sm_$(subst $(comma),_,$(GPU_CHECK_ARCHS))
 
-$(GPU_CHECK_OBJ_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_OBJ_DIR)
+$(GPU_CHECK_OBJ_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_OBJ_DIR) cuda-toolchain
 	$(if $(gpu_archs),,$(error no GPU architectures: set GPU_CHECK_ARCHS=90 (comma-separated) or fix configure.sh's TF_CUDA_ARCHS default))
-	$(NVCC) -c -x cu $(GPU_NVCC_FLAGS) $(GPU_GENCODE) -o $@ $<
+	$(CUDA_CLANG) -c -x cuda $(GPU_CUDA_FLAGS) $(GPU_ARCH_FLAGS) -o $@ $<
 
-$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_OBJ_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o))
-	$(NVCC) -shared -cudart static $(GPU_GENCODE) -o $@ $^
+$(GPU_CHECK_DIR)/cuda_runtime_stub.o: tf_opt_ops/cuda_runtime_stub.cc | $(GPU_CHECK_OBJ_DIR) cuda-toolchain
+	$(CUDA_CLANG) -c -x c++ -std=c++17 -O2 -fPIC -fvisibility=hidden \
+	  -isystem $(CUDA_TOOLKIT_DIR)/include -o $@ $<
+
+$(GPU_CHECK_DIR)/libcudart.so.12: | $(GPU_CHECK_OBJ_DIR) cuda-toolchain
+	install -m 755 $(CUDA_TOOLKIT_DIR)/lib64/libcudart.so.12 $@
+
+$(GPU_CHECK_LIB): $(addprefix $(GPU_CHECK_OBJ_DIR)/,$(GPU_CHECK_SRCS:.cu.cc=.o)) \
+		$(GPU_CHECK_DIR)/cuda_runtime_stub.o | $(GPU_CHECK_DIR)/libcudart.so.12
+	$(CXX) -shared -o $@ $^ -ldl
 
 $(GPU_CHECK_OBJ_DIR):
 	mkdir -p $@

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Writes .bazelrc for building _tf_opt_ops.so against the installed TensorFlow
-# (and the CUDA toolkit, when nvcc is found).
+# (and a CUDA 12 toolkit, compiled with clang, when both are found).
 #
 #   ./configure.sh [--bazelrc FILE]
 #
@@ -52,47 +52,71 @@ if [[ ! -f "$platforms_dir/WORKSPACE" ]]; then
   exit 1
 fi
 
-# CUDA: on when a CUDA compiler is found, unless TF_NEED_CUDA=0. The toolkit
-# is $CUDA_TOOLKIT_PATH, else the one nvcc on PATH (or /usr/local/cuda)
-# belongs to; nvcc itself reports its root (TOP in --dryrun), which also sees
-# through wrapper scripts such as /usr/local/bin/nvcc.
+# CUDA: on when clang (the CUDA compiler) and a CUDA 12 toolkit are found,
+# unless TF_NEED_CUDA=0. clang: $CUDA_CLANG, else clang-19 on the PATH. The
+# toolkit: $CUDA_TOOLKIT_PATH, else the one `make cuda-toolchain` assembles
+# from PyPI wheels in .toolchains/cuda-12.2 (build_deps/cuda/toolchain.sh).
+# CUDA 12, because TensorFlow 2.15-2.21 are built with CUDA 12 and run on
+# CUDA 12 drivers (docs/design.md, "GPU boundary"). nvcc is not used.
 # TF_CUDA_ARCHS: comma-separated compute capabilities (SASS for each, PTX for
-# the last); the default covers Turing through Hopper.
+# the last); the default covers where TensorFlow's own GPU kernels run, Pascal
+# through Hopper.
 cuda_path=""
 cuda_version=""
-cuda_archs="${TF_CUDA_ARCHS:-75,80,86,89,90}"
+cuda_clang=""
+cuda_clang_version=""
+cuda_archs="${TF_CUDA_ARCHS:-60,70,75,80,86,89,90}"
 if [[ "${TF_NEED_CUDA:-}" != 0 ]]; then
-  nvcc_bin=""
-  if [[ -n "${CUDA_TOOLKIT_PATH:-}" ]]; then
-    nvcc_bin="$CUDA_TOOLKIT_PATH/bin/nvcc"
-  elif command -v nvcc >/dev/null; then
-    nvcc_bin="$(command -v nvcc)"
-  elif [[ -x /usr/local/cuda/bin/nvcc ]]; then
-    nvcc_bin=/usr/local/cuda/bin/nvcc
-  fi
-  if [[ -n "$nvcc_bin" && -x "$nvcc_bin" ]]; then
-    probe_dir="$(mktemp -d)"
-    echo '__global__ void k() {}' > "$probe_dir/probe.cu"
-    top="$("$nvcc_bin" --dryrun -c "$probe_dir/probe.cu" -o "$probe_dir/probe.o" 2>&1 \
-           | sed -n 's/^#\$ TOP=//p' | head -n1)"
-    rm -rf "$probe_dir"
-    cuda_path="$(cd "${top:-$(dirname "$nvcc_bin")/..}" 2>/dev/null && pwd -P)" || cuda_path=""
-    cuda_version="$("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
+  cuda_problem=""
+  cuda_clang="${CUDA_CLANG:-$(command -v clang-19 || true)}"
+  toolkit="${CUDA_TOOLKIT_PATH:-$root/.toolchains/cuda-12.2}"
+  if [[ -z "$cuda_clang" || ! -x "$cuda_clang" ]]; then
+    cuda_problem="no clang for CUDA (${CUDA_CLANG:-clang-19 not on the PATH})"
+  else
     missing=""
-    for f in bin/nvcc lib64/libcudart_static.a include/cuda_runtime.h include/cccl/cub/cub.cuh; do
-      [[ -e "$cuda_path/$f" ]] || missing="$missing $f"
+    for f in bin/ptxas bin/fatbinary include/cuda.h include/cuda_runtime.h include/cub/cub.cuh \
+             nvvm/libdevice/libdevice.10.bc lib64/libcudart.so.12; do
+      [[ -e "$toolkit/$f" ]] || missing="$missing $f"
     done
-    if [[ -z "$cuda_path" || -n "$missing" ]]; then
-      echo "configure.sh: nvcc at $nvcc_bin, but the toolkit at '${cuda_path}' lacks:${missing}." >&2
-      cuda_path=""
+    if [[ -n "$missing" ]]; then
+      cuda_problem="no CUDA 12 toolkit at $toolkit (missing:$missing)"
+    else
+      cuda_path="$(cd "$toolkit" && pwd -P)"
+      # cuda.h: #define CUDA_VERSION 12020 -> 12.2
+      cuda_number="$(sed -n 's/^#define CUDA_VERSION \([0-9]*\)$/\1/p' "$cuda_path/include/cuda.h")"
+      cuda_version="$((${cuda_number:-0} / 1000)).$((${cuda_number:-0} % 1000 / 10))"
+      cuda_clang="$(cd "$(dirname "$cuda_clang")" && pwd -P)/$(basename "$cuda_clang")"
+      cuda_clang_version="$("$cuda_clang" --version | sed -n '1s/.*clang version \([0-9.]*\).*/\1/p')"
+      probe_dir="$(mktemp -d)"
+      echo '__global__ void k(float* x) { x[0] = __fsqrt_rn(x[0]); }' > "$probe_dir/probe.cu"
+      if [[ ! "$cuda_number" =~ ^12[0-9]{3}$ ]]; then
+        cuda_problem="the toolkit at $cuda_path is CUDA $cuda_version (include/cuda.h), not CUDA 12"
+      elif ! probe_err="$("$cuda_clang" -c -x cuda --cuda-path="$cuda_path" --cuda-gpu-arch=sm_75 \
+             "$probe_dir/probe.cu" -o "$probe_dir/probe.o" 2>&1)"; then
+        cuda_problem="$cuda_clang cannot compile CUDA with $cuda_path: $(head -n3 <<<"$probe_err")"
+      fi
+      rm -rf "$probe_dir"
     fi
   fi
-  if [[ -n "${CUDA_TOOLKIT_PATH:-}" && ! -x "$nvcc_bin" ]]; then
-    echo "configure.sh: CUDA_TOOLKIT_PATH=$CUDA_TOOLKIT_PATH has no bin/nvcc." >&2
+  # The machine's nvcc (CUDA 13 here) builds nothing: its kernels and runtime
+  # need a CUDA 13 driver (r580+), where TensorFlow runs on CUDA 12 drivers.
+  nvcc_bin="$(command -v nvcc || { [[ -x /usr/local/cuda/bin/nvcc ]] && echo /usr/local/cuda/bin/nvcc; } || true)"
+  if [[ -n "$nvcc_bin" ]]; then
+    nvcc_version="$("$nvcc_bin" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p')"
+    if [[ "${nvcc_version%%.*}" != 12 ]]; then
+      echo "configure.sh: not using nvcc at $nvcc_bin (CUDA ${nvcc_version:-?}): TensorFlow runs on CUDA 12" \
+           "drivers, so the kernels are compiled by clang for CUDA 12 (see docs/design.md, \"GPU boundary\")." >&2
+    fi
   fi
-  if [[ -z "$cuda_path" && "${TF_NEED_CUDA:-}" == 1 ]]; then
-    echo "configure.sh: TF_NEED_CUDA=1 but no usable CUDA toolkit (set CUDA_TOOLKIT_PATH)." >&2
-    exit 1
+  if [[ -n "$cuda_problem" ]]; then
+    cuda_path=""
+    if [[ "${TF_NEED_CUDA:-}" == 1 ]]; then
+      echo "configure.sh: TF_NEED_CUDA=1 but $cuda_problem." >&2
+      echo "  Run 'make cuda-toolchain' (apt: clang-19; PyPI: the CUDA 12.2 toolkit into .toolchains/)," \
+           "or set CUDA_CLANG and CUDA_TOOLKIT_PATH." >&2
+      exit 1
+    fi
+    echo "configure.sh: CUDA off: $cuda_problem ('make cuda-toolchain' installs it)." >&2
   fi
 fi
 
@@ -117,6 +141,8 @@ fi
   if [[ -n "$cuda_path" ]]; then
     echo "build --repo_env=TF_NEED_CUDA=1"
     echo "build --repo_env=CUDA_TOOLKIT_PATH=$cuda_path"
+    echo "build --repo_env=CUDA_CLANG=$cuda_clang"
+    echo "build --repo_env=CUDA_CLANG_VERSION=$cuda_clang_version"
     echo "build --repo_env=TF_CUDA_VERSION=$cuda_version"
     echo "build --repo_env=TF_CUDA_ARCHS=$cuda_archs"
   else
@@ -131,7 +157,7 @@ fi
 } > "$bazelrc"
 
 if [[ -n "$cuda_path" ]]; then
-  echo "configure.sh: wrote ${bazelrc#$root/} for TensorFlow $tf_version, CUDA $cuda_version at $cuda_path (archs $cuda_archs)"
+  echo "configure.sh: wrote ${bazelrc#$root/} for TensorFlow $tf_version, CUDA $cuda_version at $cuda_path with clang $cuda_clang_version (archs $cuda_archs)"
 else
-  echo "configure.sh: wrote ${bazelrc#$root/} for TensorFlow $tf_version, CPU only (no CUDA compiler found or TF_NEED_CUDA=0)"
+  echo "configure.sh: wrote ${bazelrc#$root/} for TensorFlow $tf_version, CPU only (no clang + CUDA 12 toolkit found, or TF_NEED_CUDA=0)"
 fi

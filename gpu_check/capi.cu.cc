@@ -1,6 +1,7 @@
 // A C API over the launchers of gpu_launchers.h, for gpu_check.py (ctypes).
-// Built with plain nvcc together with the kernels of the .so (Makefile,
-// `make gpu-check`), so the GPU check needs no TensorFlow. Hyperparameters
+// Built with the .so's clang, CUDA toolkit and flags together with its kernels
+// and lazy CUDA runtime (Makefile, `make gpu-check`), so the GPU check needs
+// no TensorFlow. Hyperparameters
 // arrive as the op receives them (float for every type but double) and are
 // turned into AdamStep/ClippyStep exactly as the OpKernels do.
 #include <cuda_runtime.h>

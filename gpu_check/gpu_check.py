@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """GPU check of the CUDA kernels of _tf_opt_ops.so, without TensorFlow.
 
-Drives libtfo_gpu_check.so (the .so's own .cu.cc kernels and launchers, built
-with plain nvcc: `make gpu-check-build`) through ctypes and compares every
+Drives libtfo_gpu_check.so (the .so's own .cu.cc kernels and launchers and its
+lazy CUDA runtime, built with the same clang and CUDA 12 toolkit: `make
+gpu-check-build`) through ctypes and compares every
 result with the NumPy references of python/tf_opt_ops/reference.py (docs/design.md,
 "The math" and "GPU boundary"): all four variable
 types, int32 and int64 indices, duplicate indices, a heavy-hitter row, bad
@@ -61,10 +62,27 @@ class CudaError(RuntimeError):
 # ------------------------------------------------------------------ backends
 
 
+def load_cuda_runtime(lib_path):
+  """Loads the libcudart.so.12 `make gpu-check-build` copies beside the library, if there.
+
+  The library finds its CUDA runtime only when a call needs it
+  (tf_opt_ops/cuda_runtime_stub.cc): first one already loaded, which this
+  makes the copy, then the dynamic loader's search. The lent GPU machines have
+  a driver but may have no CUDA 12 runtime and no network. Returns the path
+  loaded, or None.
+  """
+  runtime = os.path.join(os.path.dirname(os.path.abspath(lib_path)), "libcudart.so.12")
+  if not os.path.exists(runtime):
+    return None
+  ctypes.CDLL(runtime, mode=ctypes.RTLD_GLOBAL)
+  return runtime
+
+
 class CudaBackend:
   """The launchers of gpu_launchers.h through gpu_check/capi.cu.cc."""
 
   def __init__(self, path):
+    load_cuda_runtime(path)
     self.lib = ctypes.CDLL(path)
     L = self.lib
     vp, i64, sz, dbl, cint = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t, ctypes.c_double,

@@ -102,7 +102,7 @@ def built_tf_versions():
 
 
 def get_build_info(tf_version=None):
-  """What a library was built against: TF_VERSION, CXX11_ABI_FLAG, CUDA_VERSION, BUILD_ID, ..."""
+  """What a library was built against: TF_VERSION, CUDA_VERSION, CUDA_MIN_DRIVER, BUILD_ID, ..."""
   path = os.path.join(get_library_dir(tf_version), BUILD_INFO_NAME)
   scope = {}
   with open(path, encoding="utf-8") as f:

@@ -174,7 +174,7 @@ class FakeLib:
 
 def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   fake = FakeLib()
-  monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path: fake)
+  monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path, mode=0: fake)
   monkeypatch.setattr(gpu_check, "BENCH_SIZES", [(4096, 8, 512), (2048, 3, 100),
                                                  (2048, 3, 100, "zipf")])
   monkeypatch.setattr(gpu_check, "TARGET_SIZE", (2048, 3, 100))

@@ -104,8 +104,6 @@ int ApplyClippyAdagrad(DType dtype, int64_t size, const void* grad, void* var, v
                        size_t scratch_bytes, void* stream) {
   if (scratch_bytes < kPartialBytes) return static_cast<int>(cudaErrorInvalidValue);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int err = BindStreamDevice(s);
-  if (err != 0) return err;
   double* partials = static_cast<double*>(scratch);
   return DispatchDType(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -150,8 +148,6 @@ int SparseApplyClippyAdagrad(DType dtype, const SparseRows& rows, const void* gr
 
 int SetScaleToOne(DType dtype, void* scale, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const int err = BindStreamDevice(s);
-  if (err != 0) return err;
   if (dtype == DType::kDouble) {
     SetOneKernel<double><<<1, 1, 0, s>>>(static_cast<double*>(scale));
   } else {

@@ -1,4 +1,4 @@
-// Device-side helpers shared by the .cu.cc files (nvcc only; no TensorFlow).
+// Device-side helpers shared by the .cu.cc files (CUDA compiler only; no TensorFlow).
 #ifndef TF_OPT_OPS_GPU_KERNEL_UTIL_CU_H_
 #define TF_OPT_OPS_GPU_KERNEL_UTIL_CU_H_
 
@@ -70,20 +70,6 @@ inline int BlocksFor(int64_t items, int64_t items_per_block) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
-// Makes the stream's device current for this (static, private) CUDA runtime
-// before the first call on it. TensorFlow's own runtime may have a different
-// device current on the op's thread (multi-GPU), and a launch on a stream of
-// another device's context fails. TensorFlow uses the primary contexts, as
-// the runtime does, so this selects the very context the stream belongs to.
-inline int BindStreamDevice(cudaStream_t stream) {
-  int want = 0;
-  int current = 0;
-  cudaError_t err = cudaStreamGetDevice(stream, &want);
-  if (err == cudaSuccess) err = cudaGetDevice(&current);
-  if (err == cudaSuccess && current != want) err = cudaSetDevice(want);
-  return static_cast<int>(err);
-}
-
 // Carves 256-byte aligned pieces out of one scratch buffer (with base ==
 // nullptr it only adds up the size).
 class ScratchCarver {
@@ -139,7 +125,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 // (validated, so non-negative) widened to uint64 and sorted, `positions` their
 // positions in the input, stably sorted, so each distinct row is a run of
 // equal keys whose positions are in input order. One key type for int32 and
-// int64 indices halves what nvcc compiles; the sort only looks at the bits
+// int64 indices halves what the CUDA compiler compiles; the sort only looks at the bits
 // num_rows needs, so the wider key costs no extra pass. Device pointers into
 // the scratch buffer.
 struct SortedRows {

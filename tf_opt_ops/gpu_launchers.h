@@ -1,7 +1,7 @@
 // The CUDA kernels of the fused optimizers behind a plain C++ interface:
 // device pointers, sizes, a stream, scratch memory. No TensorFlow, Eigen or
 // CUDA headers, so
-//   - the .cu.cc files that implement it compile with nvcc quickly (TensorFlow's
+//   - the .cu.cc files that implement it compile for CUDA quickly (TensorFlow's
 //     headers would make each .cu.cc slow to compile for every GPU
 //     architecture);
 //   - the OpKernels (.cc, compiled by the host compiler) call it with
@@ -11,9 +11,11 @@
 //
 // Every launcher returns a cudaError_t as int (0 = success; ErrorString()
 // names it). Launches are asynchronous on `stream`, except the sparse ones,
-// which wait for the index check (see SparseApplyLazyAdam). Each launcher
-// first makes the stream's device current for the library's own (static)
-// CUDA runtime, so ops on any GPU of a multi-GPU process work.
+// which wait for the index check (see SparseApplyLazyAdam). The stream must
+// belong to the device current on the calling thread: TensorFlow makes the
+// op's device current before it runs a GPU kernel (its own kernels launch
+// through the same CUDA runtime, the process's libcudart.so.12, see
+// cuda_runtime_stub.cc).
 //
 // Half types: kHalf is IEEE binary16 (Eigen::half, __half), kBfloat16 is
 // bfloat16 (Eigen::bfloat16, __nv_bfloat16): same bits on both sides. They
@@ -56,8 +58,8 @@ struct IndexError {
 // the launcher is exact and GPU and CPU use the very same values.
 
 // Scratch memory (device, 256-byte aligned) the sparse launchers need for
-// `rows` on the device of `stream`. Writes the size; returns a cudaError_t
-// (CUB's size query reads the device's architecture).
+// `rows` on the device of `stream` (the current one). Writes the size; returns
+// a cudaError_t (CUB's size query reads the device's architecture).
 int SparseScratchBytes(DType dtype, const SparseRows& rows, void* stream, size_t* bytes);
 
 // Scratch memory the dense Clippy launcher needs.
@@ -93,7 +95,8 @@ int SparseApplyClippyAdagrad(DType dtype, const SparseRows& rows, const void* gr
 // a step that touched nothing.
 int SetScaleToOne(DType dtype, void* scale, void* stream);
 
-// cudaGetErrorString of the CUDA runtime linked with the kernels.
+// cudaGetErrorString of the process's CUDA runtime (or of the stub's own
+// errors when there is none, cuda_runtime_stub.cc).
 const char* ErrorString(int error);
 
 }  // namespace gpu

@@ -2,9 +2,9 @@
 // The update rules themselves are stated once, in the op registrations'
 // documentation (lazy_adam_ops.cc, clippy_adagrad_ops.cc); this is their code.
 //
-// No TensorFlow or Eigen includes: nvcc compiles this header in the TF-free
-// .cu.cc files, and the CPU kernels inline it into plain loops the compiler
-// can vectorize. `T` is the stored type (float, double, Eigen::half,
+// No TensorFlow or Eigen includes: the CUDA compiler compiles this header in
+// the TF-free .cu.cc files, and the CPU kernels inline it into plain loops the
+// compiler can vectorize. `T` is the stored type (float, double, Eigen::half,
 // Eigen::bfloat16, __half, __nv_bfloat16); `C` is the compute type (float for
 // every type except double), so half types only round when stored.
 #ifndef TF_OPT_OPS_OPTIMIZER_MATH_H_
@@ -68,12 +68,20 @@ TF_OPT_OPS_HOST_DEVICE __nv_bfloat16 Store<__nv_bfloat16, float>(float x) {
 }
 #endif  // __CUDACC__
 
+#if defined(__CUDA_ARCH__)
+// Correctly rounded square roots on the GPU, as std::sqrt on the host, so
+// both agree bit for bit. Spelled out: a plain float sqrt() is sqrt.approx
+// under clang's CUDA (libdevice's choice without a precise-sqrt request).
+__device__ __forceinline__ float SqrtRn(float x) { return __fsqrt_rn(x); }
+__device__ __forceinline__ double SqrtRn(double x) { return __dsqrt_rn(x); }
+#endif
+
 // std:: overloads keep float in float on the host; CUDA's device overloads
-// of sqrt/fabs do the same on the GPU.
+// of fabs do the same on the GPU.
 template <typename C>
 TF_OPT_OPS_HOST_DEVICE C Sqrt(C x) {
 #if defined(__CUDA_ARCH__)
-  return sqrt(x);
+  return SqrtRn(x);
 #else
   return std::sqrt(x);
 #endif
@@ -248,8 +256,8 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, T* accum, C g, C scale,
 // delta == 0 select are vector operations too. (GCC will not vectorize a
 // floating-point min reduction without fast-math, and with the lanes as
 // arrays it left the loop scalar, or with a masked store and reload: ~10x
-// slower than pass 2.) The NaN flag is kept apart, as NaN must win. nvcc
-// (which has no use for this row loop) gets the plain loop alone.
+// slower than pass 2.) The NaN flag is kept apart, as NaN must win. Device
+// code (which has no use for this row loop) gets the plain loop alone.
 template <bool kStandardUpdate, typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
                                             T* TF_OPT_OPS_RESTRICT accum,

@@ -1,7 +1,7 @@
 // Index validation and duplicate grouping for the sparse GPU kernels: every
 // index is checked before anything is written, then (index, position) pairs
 // are radix-sorted with CUB so each distinct row is one run of positions.
-// The only file that instantiates CUB, which is most of the nvcc time.
+// The only file that instantiates CUB, which is most of the CUDA compile time.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -73,13 +73,11 @@ int MakeLayout(const SparseRows& rows, void* scratch, Layout* layout) {
 }  // namespace
 
 int SparseScratchBytes(DType dtype, const SparseRows& rows, void* stream, size_t* bytes) {
-  (void)dtype;  // partials are double for every type
+  (void)dtype;   // partials are double for every type
+  (void)stream;  // CUB sizes its storage for the current device: the stream's (gpu_launchers.h)
   *bytes = 0;
-  // CUB sizes its temporary storage for the current device's architecture.
-  int err = BindStreamDevice(static_cast<cudaStream_t>(stream));
-  if (err != 0) return err;
   Layout layout;
-  err = MakeLayout(rows, nullptr, &layout);
+  const int err = MakeLayout(rows, nullptr, &layout);
   *bytes = layout.total;
   return err;
 }
@@ -88,10 +86,8 @@ int PrepareSortedRows(const SparseRows& rows, void* scratch, size_t scratch_byte
                       cudaStream_t stream, IndexError* index_error, SortedRows* sorted) {
   index_error->position = -1;
   index_error->index = 0;
-  int err = BindStreamDevice(stream);
-  if (err != 0) return err;
   Layout layout;
-  err = MakeLayout(rows, scratch, &layout);
+  int err = MakeLayout(rows, scratch, &layout);
   if (err != 0) return err;
   if (scratch_bytes < layout.total) return static_cast<int>(cudaErrorInvalidValue);
   const int64_t n = rows.num_indices;

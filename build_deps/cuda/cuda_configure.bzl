@@ -1,21 +1,41 @@
-"""Exposes the local CUDA toolkit to Bazel as @local_config_cuda.
+"""Exposes the CUDA compiler (clang) and a CUDA 12 toolkit to Bazel as @local_config_cuda.
 
-configure.sh decides (nvcc found, TF_NEED_CUDA not 0) and writes the values
-into .bazelrc as --repo_env. This rule symlinks the toolkit's directories (no
-download, no copy) and writes build_defs.bzl with CUDA_ENABLED and the GPU
-architectures, which //tf_opt_ops:BUILD loads. With CUDA off the repository
-still exists (CUDA_ENABLED = False) so BUILD files load it unconditionally.
+configure.sh decides (clang and a CUDA 12 toolkit found, TF_NEED_CUDA not 0)
+and writes the values into .bazelrc as --repo_env. The toolkit is the one
+build_deps/cuda/toolchain.sh assembles from PyPI wheels (or CUDA_TOOLKIT_PATH):
+ptxas, fatbinary, libdevice, headers. This rule symlinks its directories and
+clang (no download, no copy) and writes build_defs.bzl with CUDA_ENABLED and
+the GPU architectures, which //tf_opt_ops:BUILD loads. With CUDA off the
+repository still exists (CUDA_ENABLED = False) so BUILD files load it
+unconditionally. Why: see docs/design.md, "GPU boundary".
 """
 
 _ENV = [
     "TF_NEED_CUDA",
     "CUDA_TOOLKIT_PATH",
+    "CUDA_CLANG",
+    "CUDA_CLANG_VERSION",
     "TF_CUDA_ARCHS",
     "TF_CUDA_VERSION",
 ]
 
-# Toolkit directories nvcc reads through its nvcc.profile ($(TOP)/...).
-_TOOLKIT_DIRS = ["bin", "include", "lib64", "nvvm", "targets"]
+# Toolkit directories clang reads through --cuda-path.
+_TOOLKIT_DIRS = ["bin", "include", "lib64", "nvvm"]
+
+# The oldest Linux driver for each CUDA 12 minor version's PTX (the driver of
+# that release): a driver JIT-compiles PTX of its own ISA version or older.
+# Cubins (SASS) of any CUDA 12 toolkit run from the 12.0 driver on
+# (minor version compatibility).
+_SASS_MIN_DRIVER = "525.60.13"
+_PTX_MIN_DRIVER = {
+    "12.0": "525.60.13",
+    "12.1": "530.30.02",
+    "12.2": "535.54.03",
+    "12.3": "545.23.06",
+    "12.4": "550.54.14",
+    "12.5": "555.42.02",
+    "12.6": "560.28.03",
+}
 
 def _build_defs(enabled, archs, version):
     return '''"""Written by cuda_configure.bzl: what configure.sh found."""
@@ -31,12 +51,33 @@ CUDA_VERSION = "{version}"
 
 # Appended to the package's _build_info.py (//tf_opt_ops:build_info), so
 # tests and users can tell a CUDA build from a CPU-only one.
-def _build_info(version, archs):
+def _build_info(version, archs, compiler):
+    if not version:
+        return """
+# CUDA the GPU kernels were compiled for (None: CPU-only build).
+CUDA_VERSION = None
+CUDA_ARCHS = []
+"""
     return """
-# CUDA toolkit the GPU kernels were compiled with (None: CPU-only build).
+# CUDA the GPU kernels were compiled for (None: CPU-only build): that
+# toolkit's headers and ptxas. They run with the process's CUDA {major}
+# runtime (libcudart.so.{major}, TensorFlow's), loaded when first needed.
 CUDA_VERSION = {version}
 CUDA_ARCHS = {archs}
-""".format(version = repr(version) if version else "None", archs = repr(archs))
+# The oldest NVIDIA driver (Linux) the kernels run on: SASS for CUDA_ARCHS
+# (CUDA minor version compatibility); PTX of the last architecture, which
+# newer GPUs compile at load time, needs CUDA_PTX_MIN_DRIVER.
+CUDA_MIN_DRIVER = {sass}
+CUDA_PTX_MIN_DRIVER = {ptx}
+CUDA_COMPILER = {compiler}
+""".format(
+        major = version.split(".")[0],
+        version = repr(version),
+        archs = repr(archs),
+        sass = repr(_SASS_MIN_DRIVER),
+        ptx = repr(_PTX_MIN_DRIVER[version]),
+        compiler = repr(compiler),
+    )
 
 def _cuda_configure_impl(rctx):
     enabled = rctx.os.environ.get("TF_NEED_CUDA", "0") == "1"
@@ -45,54 +86,56 @@ def _cuda_configure_impl(rctx):
 exports_files(["_build_info_cuda.py"])
 """)
         rctx.file("build_defs.bzl", _build_defs(False, [], ""))
-        rctx.file("_build_info_cuda.py", _build_info("", []))
+        rctx.file("_build_info_cuda.py", _build_info("", [], ""))
         return
     path = rctx.os.environ.get("CUDA_TOOLKIT_PATH", "")
-    if not path:
-        fail("TF_NEED_CUDA=1 but CUDA_TOOLKIT_PATH is not set: re-run ./configure.sh.")
+    clang = rctx.os.environ.get("CUDA_CLANG", "")
+    if not path or not clang:
+        fail("TF_NEED_CUDA=1 but CUDA_TOOLKIT_PATH or CUDA_CLANG is not set: re-run ./configure.sh.")
     for d in _TOOLKIT_DIRS:
         if not rctx.path(path + "/" + d).exists:
             fail("CUDA toolkit at %s has no %s/: re-run ./configure.sh." % (path, d))
         rctx.symlink(path + "/" + d, d)
+    if not rctx.path(clang).exists:
+        fail("CUDA_CLANG=%s does not exist: re-run ./configure.sh." % clang)
+    rctx.symlink(clang, "clang")
     archs = [a.strip() for a in rctx.os.environ.get("TF_CUDA_ARCHS", "").split(",") if a.strip()]
     if not archs:
         fail("TF_CUDA_ARCHS is empty: re-run ./configure.sh.")
     version = rctx.os.environ.get("TF_CUDA_VERSION", "")
+    if version not in _PTX_MIN_DRIVER:
+        fail("TF_CUDA_VERSION=%s: the build knows the drivers of CUDA %s only." %
+             (version, ", ".join(sorted(_PTX_MIN_DRIVER))))
+    compiler = "clang " + rctx.os.environ.get("CUDA_CLANG_VERSION", "")
     rctx.file("build_defs.bzl", _build_defs(True, archs, version))
-    rctx.file("_build_info_cuda.py", _build_info(version or "unknown", archs))
+    rctx.file("_build_info_cuda.py", _build_info(version, archs, compiler))
     rctx.file("BUILD", '''
 package(default_visibility = ["//visibility:public"])
 
-exports_files(["bin/nvcc", "_build_info_cuda.py"])
+exports_files(["clang", "_build_info_cuda.py"])
 
-# Everything an nvcc action reads: the driver, its compilers (cicc, ptxas,
-# fatbinary, ...), the toolkit headers (CUB ships in include/cccl) and libdevice.
+# Everything a clang CUDA compile reads from the toolkit: ptxas and fatbinary
+# (with the libnvfatbin it loads), libdevice, the headers (CUDA runtime, crt,
+# CUB and libcu++).
 filegroup(
-    name = "nvcc_files",
+    name = "compiler_files",
     srcs = glob([
         "bin/**",
+        "lib64/libnvfatbin.so*",
         "nvvm/**",
         "include/**",
-        "targets/*/include/**",
     ]),
 )
 
-# The CUDA runtime, linked statically and kept hidden by the .so's linkopts
-# (-Wl,--exclude-libs,libcudart_static.a): the GPU tensorflow wheel exports
-# the runtime API from libtensorflow_framework.so.2, and a plain dependency
-# would silently bind to those symbols (and then fail to load with
-# tensorflow-cpu, which exports none). alwayslink: take the archive whole,
-# even though nothing we link first leaves its symbols undefined.
-cc_import(
-    name = "cudart_static_import",
-    static_library = "lib64/libcudart_static.a",
-    alwayslink = 1,
-)
-
-cc_library(
-    name = "cudart_static",
-    linkopts = ["-ldl", "-lpthread", "-lrt"],
-    deps = [":cudart_static_import"],
+# The CUDA runtime API headers, for the host-compiled runtime stub
+# (//tf_opt_ops:cuda_runtime_stub adds the include path itself, so that it
+# does not reach TensorFlow's own CUDA headers in other targets).
+filegroup(
+    name = "runtime_headers",
+    srcs = glob([
+        "include/*.h",
+        "include/crt/**",
+    ]),
 )
 ''')
 

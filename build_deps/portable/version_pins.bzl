@@ -1,8 +1,8 @@
 """version_pins: makes the library import chosen symbols at older versions.
 
 For each entry of a pins table (pins.bzl) the link gets `--wrap=SYMBOL`, which
-sends every undefined reference to SYMBOL (in our objects and in static
-archives such as libcudart_static.a) to `__wrap_SYMBOL`, and this rule writes
+sends every undefined reference to SYMBOL (in our objects and in any static
+archive linked in) to `__wrap_SYMBOL`, and this rule writes
 `__wrap_SYMBOL` as a one-instruction hidden trampoline, `jmp TARGET@VERSION`
 (bound with `.symver`). A tail jump keeps every argument and return value as
 they are, whatever the function's signature.
@@ -24,9 +24,8 @@ def _trampolines_impl(ctx):
         wrapper = "__wrap_" + symbol
         reference = "tfo_pinned_" + symbol
         lines.extend([
-            # One section per trampoline: --gc-sections drops the unused ones
-            # (a CPU-only build has no CUDA runtime calling pthread_*), and
-            # their imports with them.
+            # One section per trampoline: --gc-sections drops the unused ones,
+            # and their imports with them.
             '.section .text.%s,"ax",@progbits' % wrapper,
             ".symver %s, %s@%s" % (reference, target_name, version),
             ".globl " + wrapper,
