@@ -127,6 +127,20 @@ filegroup(
     ]),
 )
 
+# The CUDA runtime API headers for the host .cc files of a CUDA build (Eigen's
+# GpuDevice names cudaStream_t under EIGEN_USE_GPU): the toolkit's own, the CUDA
+# the device code is built with, whichever TensorFlow wheel the build is for
+# (tensorflow-cpu ships none).
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob([
+        "include/*.h",
+        "include/*.hpp",
+        "include/crt/**",
+    ]),
+    includes = ["include"],
+)
+
 # The CUDA runtime API headers, for the host-compiled runtime stub
 # (//tf_opt_ops:cuda_runtime_stub adds the include path itself, so that it
 # does not reach TensorFlow's own CUDA headers in other targets).

@@ -38,15 +38,6 @@ cc_library(
     includes = ["include"],
 )
 
-# The CUDA headers TensorFlow was built with, shipped in the wheel. Only the
-# host .cc files of a CUDA build use them (Eigen::GpuDevice names cudaStream_t
-# under EIGEN_USE_GPU); the .cu.cc files see the local toolkit's headers only.
-cc_library(
-    name = "tf_cuda_headers",
-    hdrs = glob(["include/third_party/gpus/cuda/include/**"]),
-    includes = ["include/third_party/gpus/cuda/include"],
-)
-
 # Linked as tf.sysconfig.get_link_flags() says, and as TensorFlow's custom-op
 # guide does: -L<dir> -l:{lib_name}, so the library NEEDs the soname
 # and carries no RUNPATH (a srcs entry would add one into Bazel's build tree).
