@@ -13,9 +13,9 @@ import functools
 import re
 
 import tensorflow as tf
-import tf_keras
 
 from tf_opt_ops import _core
+from tf_opt_ops import _keras2
 from tf_opt_ops import _restore_hints
 from tf_opt_ops import _registry
 from tf_opt_ops._router_tf_keras import CompositeOptimizer
@@ -23,6 +23,9 @@ from tf_opt_ops._router_tf_keras import MultiOptimizer
 from tf_opt_ops._router_tf_keras import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+
+# tf_keras, or keras 2.15 on TensorFlow 2.15 (where it is tf.keras): see `_keras2`.
+keras2 = _keras2.package()
 
 
 class _TfKerasMixin:
@@ -83,7 +86,7 @@ class _TfKerasMixin:
         self._handle_deferred_dependencies(name=name, trackable=children[name])
 
 
-class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
+class LazyAdam(_TfKerasMixin, keras2.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
   # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
@@ -107,7 +110,7 @@ class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
                            epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh)
 
 
-class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.Optimizer):
+class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.Optimizer):
   __doc__ = _core.CLIPPY_DOC
 
   def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
@@ -146,7 +149,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     # docs/design.md, "Invariants").
     self._factor_of = self._no_dependency({})
     shards_seen = {}
-    initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
+    initializer = keras2.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
       if self._mesh:
         # With the variable's layout (a callable is not copied to a replicated one).
