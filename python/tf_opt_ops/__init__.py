@@ -21,8 +21,6 @@ flavor's.
 
 import importlib
 
-import tensorflow as tf
-
 from tf_opt_ops import _keras2
 from tf_opt_ops import ops
 from tf_opt_ops._loader import load_library

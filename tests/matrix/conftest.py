@@ -27,10 +27,11 @@ def _installed_package_dir():
   try:
     dist = importlib.metadata.distribution("tf_opt_ops")
   except importlib.metadata.PackageNotFoundError:
-    pytest.exit("matrix suite: tf_opt_ops is not installed in this Python "
-                f"({sys.executable}); pip install the release wheel first.", returncode=4)
-  init = next((f for f in dist.files or () if str(f).replace("\\", "/") == "tf_opt_ops/__init__.py"),
-              None)
+    pytest.exit(
+        "matrix suite: tf_opt_ops is not installed in this Python "
+        f"({sys.executable}); pip install the release wheel first.", returncode=4)
+  init = next(
+      (f for f in dist.files or () if str(f).replace("\\", "/") == "tf_opt_ops/__init__.py"), None)
   if init is None:
     pytest.exit("matrix suite: the installed tf_opt_ops distribution has no tf_opt_ops/__init__.py",
                 returncode=4)
@@ -43,9 +44,9 @@ def pytest_configure(config):
   imported = os.path.dirname(os.path.realpath(tf_opt_ops.__file__))
   installed = _installed_package_dir()
   if imported != installed or imported.startswith(os.path.realpath(_SOURCE_PYTHON)):
-    pytest.exit(f"matrix suite: tf_opt_ops was imported from {imported}, not from the installed "
-                f"wheel at {installed}; run it where the source tree is not on sys.path.",
-                returncode=4)
+    pytest.exit(
+        f"matrix suite: tf_opt_ops was imported from {imported}, not from the installed "
+        f"wheel at {installed}; run it where the source tree is not on sys.path.", returncode=4)
 
 
 def pytest_report_header(config):
@@ -59,8 +60,10 @@ def pytest_report_header(config):
       versions.append(f"{dist} {importlib.metadata.version(dist)}")
     except importlib.metadata.PackageNotFoundError:
       versions.append(f"{dist} absent")
-  return [f"matrix: tf_opt_ops {tf_opt_ops.__version__} from {os.path.dirname(tf_opt_ops.__file__)}",
-          "matrix: " + ", ".join(versions)]
+  return [
+      f"matrix: tf_opt_ops {tf_opt_ops.__version__} from {os.path.dirname(tf_opt_ops.__file__)}",
+      "matrix: " + ", ".join(versions)
+  ]
 
 
 @pytest.fixture(scope="session")

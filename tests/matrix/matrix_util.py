@@ -84,8 +84,8 @@ def run_script(script, args, cwd, env=None, timeout=600):
   """Runs a script of this directory in a fresh Python (its directory on sys.path)."""
   full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
   full_env.pop("PYTHONPATH", None)
-  return subprocess.run([sys.executable, os.path.join(HERE, script), *args], cwd=cwd,
-                        env=full_env, capture_output=True, text=True, timeout=timeout)
+  return subprocess.run([sys.executable, os.path.join(HERE, script), *args], cwd=cwd, env=full_env,
+                        capture_output=True, text=True, timeout=timeout)
 
 
 def last_line(result, prefix):

@@ -32,8 +32,9 @@ def test_flavors_of_this_tensorflow():
   if matrix_util.HAS_KERAS3:
     return
   # TensorFlow 2.15: no Keras 3 flavor, and tf.keras is the Keras 2 our flavors build on.
-  with pytest.raises(ImportError, match=r"needs TensorFlow 2\.16 or later.*tf_opt_ops\.tf_keras.*"
-                     r"tf_opt_ops\.legacy"):
+  with pytest.raises(
+      ImportError, match=r"needs TensorFlow 2\.16 or later.*tf_opt_ops\.tf_keras.*"
+      r"tf_opt_ops\.legacy"):
     importlib.import_module("tf_opt_ops.keras")
   assert tf_opt_ops.keras_flavor() == "tf_keras"
   assert tf_opt_ops.LazyAdam is tf_opt_ops.tf_keras.LazyAdam
@@ -89,12 +90,15 @@ def test_clippy_adagrad_is_the_reference(flavor, dtype, sparse):
   var = flavor.variable(init, "table")
   grads = sparse_grads(dtype, 3)
   if not sparse:
-    grads = [np.random.default_rng(10 + i).uniform(-2, 2, (ROWS, DIM)).astype(dtype)
-             for i in range(STEPS)]
+    grads = [
+        np.random.default_rng(10 + i).uniform(-2, 2, (ROWS, DIM)).astype(dtype)
+        for i in range(STEPS)
+    ]
   optimizer = flavor.module.ClippyAdagrad(export_clipping_factors=True, **CLIPPY)
   apply_steps(flavor, optimizer, var, grads, sparse)
-  options = {k: v for k, v in CLIPPY.items() if k not in ("learning_rate",
-                                                         "initial_accumulator_value")}
+  options = {
+      k: v for k, v in CLIPPY.items() if k not in ("learning_rate", "initial_accumulator_value")
+  }
   want = (init, np.full_like(init, CLIPPY["initial_accumulator_value"]))
   for grad, indices in zip(grads, INDICES):
     if sparse:
@@ -130,8 +134,12 @@ def test_a_model_of_this_keras_compiles_and_fits(flavor):
   labels = np.random.default_rng(6).normal(size=(64, 1)).astype(np.float32)
   losses = {}
   for name in ("LazyAdam", "ClippyAdagrad"):
-    model = k.Sequential([k.Input(shape=(2,), dtype="int32"), k.layers.Embedding(20, 4),
-                          k.layers.Flatten(), k.layers.Dense(1)])
+    model = k.Sequential([
+        k.Input(shape=(2,), dtype="int32"),
+        k.layers.Embedding(20, 4),
+        k.layers.Flatten(),
+        k.layers.Dense(1)
+    ])
     model.compile(optimizer=getattr(flavor.module, name)(learning_rate=0.05), loss="mse")
     history = model.fit(ids, labels, batch_size=16, epochs=3, shuffle=False, verbose=0)
     losses[name] = history.history["loss"]
@@ -166,8 +174,9 @@ def test_legacy_lazy_adam_is_tf_addons_lazy_adam(tmp_path):
   status.assert_consumed()  # the slots too, restored when the first step created them
   np.testing.assert_allclose(restored.numpy(), var.numpy(), rtol=1e-6, atol=1e-6)
   for slot in ("m", "v"):
-    np.testing.assert_allclose(ours.get_slot(restored, slot).numpy(),
-                               theirs.get_slot(var, slot).numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        ours.get_slot(restored, slot).numpy(),
+        theirs.get_slot(var, slot).numpy(), rtol=1e-6, atol=1e-7)
   # Its serialized name loads into ours once tf_opt_ops is imported, even after TF Addons.
   result = matrix_util.run_python(
       """

@@ -38,10 +38,11 @@ def test_sparse_lazy_adam(dtype, mode):
       ops.sparse_lazy_adam(var, m, v, grad, INDICES, **ADAM, **powers)
 
     apply() if mode == "eager" else tf.function(apply)()
-    expected = reference.sparse_lazy_adam(
-        *expected, grad, INDICES, dtype, lr=ADAM["lr"], beta1=ADAM["beta_1"],
-        beta2=ADAM["beta_2"], epsilon=ADAM["epsilon"], beta1_power=powers["beta_1_power"],
-        beta2_power=powers["beta_2_power"])
+    expected = reference.sparse_lazy_adam(*expected, grad, INDICES, dtype, lr=ADAM["lr"],
+                                          beta1=ADAM["beta_1"], beta2=ADAM["beta_2"],
+                                          epsilon=ADAM["epsilon"],
+                                          beta1_power=powers["beta_1_power"],
+                                          beta2_power=powers["beta_2_power"])
     for got, want in zip((var, m, v), expected):
       np.testing.assert_allclose(got.numpy(), want, **TOLERANCE[dtype])
   untouched = np.setdiff1d(np.arange(ROWS), INDICES)
@@ -93,7 +94,8 @@ def test_bad_index_names_it_and_writes_nothing(op):
   variables = as_variables(var0, *slots0)
   indices = np.array([1, ROWS + 3, 4], np.int32)
   grad = np.ones((3, DIM), np.float32)
-  with pytest.raises(tf.errors.InvalidArgumentError, match=rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"):
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"):
     if op == "lazy_adam":
       ops.sparse_lazy_adam(*variables, grad, indices, beta_1_power=0.9, beta_2_power=0.999)
     else:

@@ -87,8 +87,9 @@ def test_saved_train_step_resumes_in_a_fresh_process(flavor, tmp_path):
   tf.saved_model.save(trainer, path)
   graph = trainer.train.get_concrete_function().graph.as_graph_def()
   ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
-  assert "TfOptOps>ResourceSparseApplyLazyAdam" in ops and (
-      "TfOptOps>ResourceApplyClippyAdagrad" in ops), sorted(o for o in ops if "TfOptOps" in o)
+  assert "TfOptOps>ResourceSparseApplyLazyAdam" in ops and ("TfOptOps>ResourceApplyClippyAdagrad"
+                                                            in ops), sorted(
+                                                                o for o in ops if "TfOptOps" in o)
   before = as_lists(trainer.state())
   for ids, labels in batches(SAVED_STEPS, MORE_STEPS):
     trainer.train(ids, labels)

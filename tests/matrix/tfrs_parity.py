@@ -98,8 +98,8 @@ def main():
                              max_diff(state(theirs), state(ours)))
   # TFRS' serialized name loads into ours.
   config = tf.keras.optimizers.serialize(tfrs_clippy.ClippyAdagrad(learning_rate=0.2))
-  loaded = tf.keras.optimizers.deserialize(
-      dict(config, class_name="Custom>ClippyAdagrad"), use_legacy_optimizer=False)
+  loaded = tf.keras.optimizers.deserialize(dict(config, class_name="Custom>ClippyAdagrad"),
+                                           use_legacy_optimizer=False)
   assert type(loaded) is ClippyAdagrad, type(loaded)
   print("PARITY", json.dumps(result))
 
