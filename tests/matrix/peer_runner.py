@@ -151,7 +151,8 @@ def check(outcomes, label, what):
       "passed") > 0, f"{what}: nothing passed with the peer's own class:\n" + (theirs.output)
   lost = sorted(
       t for t, r in theirs.results.items() if r == "passed" and ours.results.get(t) != "passed")
-  failed = {t: ours.messages.get(t, "") for t, r in ours.results.items() if r in ("failed", "error")}
+  bad = ("failed", "error")
+  failed = {t: ours.messages.get(t, "") for t, r in ours.results.items() if r in bad}
   line = (f"{what}: theirs {theirs.summary()}, ours {ours.summary()}" +
           (f"; failed with ours: {failed}" if failed else ""))
   print(line)
