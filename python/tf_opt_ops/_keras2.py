@@ -52,6 +52,19 @@ def src(path):
   return importlib.import_module(f"{NAME}.src.{path}")
 
 
+def require_keras3():
+  """Raises ImportError on TensorFlow 2.15, where `keras` is Keras 2 (tf.keras itself)
+  and the Keras 3 flavor cannot exist; says what to use instead."""
+  if has_keras3():
+    return
+  raise ImportError(
+      f"tf_opt_ops.keras needs Keras 3, which needs TensorFlow 2.16 or later; this process runs "
+      f"TensorFlow {tf.__version__}, whose tf.keras is Keras 2 (the keras 2.15 package). Use "
+      "tf_opt_ops.tf_keras (for tf.keras.optimizers.Optimizer) or tf_opt_ops.legacy (for "
+      "tf.keras.optimizers.legacy.Optimizer, e.g. TF Addons' LazyAdam checkpoints) instead; the "
+      "top-level tf_opt_ops.LazyAdam etc. are tf_opt_ops.tf_keras's here.")
+
+
 def is_tf_keras():
   """Whether `tf.keras` in this process is the Keras 2 package (TF 2.15, or
   TF_USE_LEGACY_KERAS=1 from 2.16 on)."""

@@ -10,23 +10,10 @@ module raises ImportError naming the flavors that are `tf.keras` there.
 
 import tensorflow as tf
 
-from tf_opt_ops import _keras2
-
-if not _keras2.has_keras3():
-  # On TensorFlow 2.15 `import keras` is Keras 2 (tf.keras itself), which our
-  # Keras 3 classes cannot subclass.
-  raise ImportError(
-      f"tf_opt_ops.keras needs Keras 3, which needs TensorFlow 2.16 or later; this process runs "
-      f"TensorFlow {tf.__version__}, whose tf.keras is Keras 2 (the keras 2.15 package). Use "
-      "tf_opt_ops.tf_keras (for tf.keras.optimizers.Optimizer) or tf_opt_ops.legacy (for "
-      "tf.keras.optimizers.legacy.Optimizer, e.g. TF Addons' LazyAdam checkpoints) instead; the "
-      "top-level tf_opt_ops.LazyAdam etc. are tf_opt_ops.tf_keras's here.")
-
-import keras  # noqa: E402  (after the version check: Keras 2 on TensorFlow 2.15)
-
 from tf_opt_ops import _core
 from tf_opt_ops import _hyperparameters
 from tf_opt_ops import _registry
+from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
 from tf_opt_ops._router_keras import CompositeOptimizer
 from tf_opt_ops._router_keras import MultiOptimizer
 from tf_opt_ops._router_keras import OptimizerBlocks
