@@ -74,7 +74,10 @@ def test_checkpoint_moves_between_shardings(keras2_flavor, direction, tmp_path):
   restored = module.LazyAdam(learning_rate=0.1)
   status = tf.train.Checkpoint(table=target, optimizer=restored).read(path)
   build(keras2_flavor, restored, target_parts)  # the restore was pending until the state exists
-  status.assert_consumed()
+  if keras2_flavor != "legacy" or source_sharded:
+    # (legacy into shards: OptimizerV2 restores the whole slot, which our LazyAdam then moves
+    # into the shards' slots by value, so their ShardedVariable has no checkpoint binding.)
+    status.assert_consumed()
   want, got = slot_values(keras2_flavor, saved, source), slot_values(keras2_flavor, restored,
                                                                      target)
   for w, g in zip(want, got):
