@@ -30,14 +30,16 @@ def test_sparse_lazy_adam(dtype, mode):
   v0 = values((ROWS, DIM), dtype, 3, 0.0, 1.0)
   var, m, v = as_variables(var0, m0, v0)
   expected = (var0, m0, v0)
+
+  def apply(grad, beta_1_power, beta_2_power):
+    ops.sparse_lazy_adam(var, m, v, grad, INDICES, beta_1_power=beta_1_power,
+                         beta_2_power=beta_2_power, **ADAM)
+
+  apply = apply if mode == "eager" else tf.function(apply)  # traced once: tensor arguments
   for step in range(1, 4):
     grad = values((len(INDICES), DIM), dtype, 10 + step)
     powers = dict(beta_1_power=0.9**step, beta_2_power=0.999**step)
-
-    def apply(var=var, m=m, v=v, grad=grad, powers=powers):
-      ops.sparse_lazy_adam(var, m, v, grad, INDICES, **ADAM, **powers)
-
-    apply() if mode == "eager" else tf.function(apply)()
+    apply(tf.constant(grad), *(tf.constant(p, dtype) for p in powers.values()))
     expected = reference.sparse_lazy_adam(*expected, grad, INDICES, dtype, lr=ADAM["lr"],
                                           beta1=ADAM["beta_1"], beta2=ADAM["beta_2"],
                                           epsilon=ADAM["epsilon"],
@@ -78,9 +80,10 @@ def test_dense_clippy_adagrad(dtype):
   accum0 = values((ROWS, DIM), dtype, 7, 0.1, 1.0)
   var, accum = as_variables(var0, accum0)
   expected = (var0, accum0)
+  apply = tf.function(lambda g: ops.clippy_adagrad(var, accum, g, **CLIPPY))
   for step in range(1, 4):
     grad = values((ROWS, DIM), dtype, 30 + step, -3.0, 3.0)
-    scale = tf.function(lambda g: ops.clippy_adagrad(var, accum, g, **CLIPPY))(grad)
+    scale = apply(tf.constant(grad))
     *expected, want_scale = reference.clippy_adagrad(*expected, grad, dtype, **CLIPPY)
     np.testing.assert_allclose(var.numpy(), expected[0], **TOLERANCE[dtype])
     np.testing.assert_allclose(accum.numpy(), expected[1], **TOLERANCE[dtype])
