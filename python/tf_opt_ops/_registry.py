@@ -13,8 +13,12 @@ One policy for every flavor and every class (optimizers and routers alike):
 
 import importlib
 
-# The module whose serialization registry each Keras API reads.
-_KERAS_UTILS = {"keras": "keras.saving", "tf_keras": "tf_keras.utils"}
+from tf_opt_ops import _keras2
+
+# The module whose serialization registry each Keras API reads. "tf_keras" is
+# the Keras 2 package of this TensorFlow (keras 2.15 on TensorFlow 2.15, where
+# it is tf.keras and its registry is the one tf.keras reads): see `_keras2`.
+_KERAS_UTILS = {"keras": "keras.saving", "tf_keras": f"{_keras2.NAME}.utils"}
 
 
 def register(api, cls, package, aliases=()):

@@ -9,8 +9,10 @@ docs/design.md, "Keras flavors and checkpoints".
 
 import contextlib
 
-# What tf_keras' new Optimizer says when a checkpoint holds OptimizerV2 slots.
-_TF_KERAS_LEGACY_CHECKPOINT = "from a legacy TF-Keras optimizer into a v2.11+ Optimizer"
+# What tf_keras' new Optimizer says when a checkpoint holds OptimizerV2 slots
+# ("... from a legacy TF-Keras optimizer into a v2.11+ Optimizer"; keras 2.15,
+# TensorFlow 2.15's tf.keras, says "legacy Keras optimizer").
+_TF_KERAS_LEGACY_CHECKPOINT = "optimizer into a v2.11+ Optimizer"
 
 
 @contextlib.contextmanager

@@ -228,8 +228,10 @@ class _Router:
     keys = {self._flavor.var_key(v) for v in var_list}
     for optimizer in self.optimizers:
       own = [v for v in self._table.variables_of(optimizer) if self._flavor.var_key(v) in keys]
-      if own:
-        optimizer.finalize_variable_values(own)
+      # OptimizerV2 (a legacy sub-optimizer of a tf_keras router) has no such method.
+      finalize = getattr(optimizer, "finalize_variable_values", None)
+      if own and finalize is not None:
+        finalize(own)
 
   def _assign_all(self, weights):
     """`set_weights`: the values of `variables`, in order."""

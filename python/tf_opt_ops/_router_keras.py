@@ -6,10 +6,9 @@ optimizer: no peer router exists for Keras 3. Why: see docs/design.md,
 "Routers".
 """
 
-import keras
-
 from tf_opt_ops import _registry
 from tf_opt_ops import _router_base
+from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 

@@ -8,13 +8,15 @@ optimizers, as in Merlin.
 """
 
 import tensorflow as tf
-import tf_keras
 
+from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
 from tf_opt_ops import _router_base
 from tf_opt_ops import _router_tf_keras_base as _base
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+
+keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
 
 
 class OptimizerBlocks(_router_base.OptimizerBlocks):
@@ -22,7 +24,7 @@ class OptimizerBlocks(_router_base.OptimizerBlocks):
   _flavor = _base.TfKerasFlavor(legacy=True)
 
 
-class _LegacyRouter(_base.PeerRouter, tf_keras.optimizers.legacy.Optimizer):
+class _LegacyRouter(_base.PeerRouter, keras2.optimizers.legacy.Optimizer):
   """OptimizerV2 base of both routers: no state of its own."""
 
   _flavor = OptimizerBlocks._flavor

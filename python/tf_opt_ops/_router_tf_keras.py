@@ -6,14 +6,16 @@ strings resolve to new-API optimizers.
 """
 
 import tensorflow as tf
-import tf_keras
-from tf_keras.src.optimizers.optimizer import CallableList as _CallableList
 
+from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
 from tf_opt_ops import _router_base
 from tf_opt_ops import _router_tf_keras_base as _base
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+
+keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
+_CallableList = _keras2.src("optimizers.optimizer").CallableList
 
 
 class OptimizerBlocks(_router_base.OptimizerBlocks):
@@ -21,7 +23,7 @@ class OptimizerBlocks(_router_base.OptimizerBlocks):
   _flavor = _base.TfKerasFlavor(legacy=False)
 
 
-class _TfKerasRouter(_base.PeerRouter, tf_keras.optimizers.Optimizer):
+class _TfKerasRouter(_base.PeerRouter, keras2.optimizers.Optimizer):
   """tf_keras new-API base of both routers: no state of its own."""
 
   _flavor = OptimizerBlocks._flavor

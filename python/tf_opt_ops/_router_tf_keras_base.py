@@ -12,13 +12,15 @@ into ours with `assert_consumed()` and back. Why: see docs/design.md, "Routers".
 import re
 
 import tensorflow as tf
-import tf_keras
-from tf_keras.src.mixed_precision import loss_scale_optimizer as _loss_scale
 
+from tf_opt_ops import _keras2
 from tf_opt_ops import _router_base
 
-_NewOptimizer = tf_keras.optimizers.Optimizer
-_LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
+_loss_scale = _keras2.src("mixed_precision.loss_scale_optimizer")
+
+_NewOptimizer = keras2.optimizers.Optimizer
+_LegacyOptimizer = keras2.optimizers.legacy.Optimizer
 
 
 def _var_key(variable):
@@ -59,14 +61,14 @@ class TfKerasFlavor(_router_base.Flavor):
                        "router in the LossScaleOptimizer instead.")
 
   def get(self, identifier):
-    return tf_keras.optimizers.get(identifier, use_legacy_optimizer=self.legacy)
+    return keras2.optimizers.get(identifier, use_legacy_optimizer=self.legacy)
 
   def finish_config(self, config):
     # tf_keras' deserializer reads a config without this key as a legacy optimizer's.
     return config if self.legacy else dict(config, is_legacy_optimizer=False)
 
   def serialize(self, optimizer):
-    return tf_keras.optimizers.serialize(optimizer)
+    return keras2.optimizers.serialize(optimizer)
 
   def deserialize(self, config, custom_objects=None):
     registered = config.get("registered_name") if isinstance(config, dict) else None
@@ -75,14 +77,14 @@ class TfKerasFlavor(_router_base.Flavor):
       # which looks classes up by `class_name` only.
       config = dict(config, class_name=registered)
     # A non-empty config says itself which API it is (`is_legacy_optimizer`).
-    return tf_keras.optimizers.deserialize(config, custom_objects=custom_objects,
-                                           use_legacy_optimizer=self.legacy)
+    return keras2.optimizers.deserialize(config, custom_objects=custom_objects,
+                                         use_legacy_optimizer=self.legacy)
 
   def serialize_layer(self, layer):
-    return tf_keras.layers.serialize(layer)
+    return keras2.layers.serialize(layer)
 
   def deserialize_layer(self, config):
-    return tf_keras.layers.deserialize(config)
+    return keras2.layers.deserialize(config)
 
   def var_key(self, variable):
     return _var_key(variable)

@@ -15,15 +15,22 @@ import re
 import shutil
 import tempfile
 
-import keras
 import tensorflow as tf
+
+from tf_opt_ops import _keras2
+
+if _keras2.has_keras3():
+  import keras
+  _Keras3Variable = keras.Variable
+else:  # TensorFlow 2.15: `keras` is Keras 2, whose variables are tf.Variables.
+  _Keras3Variable = ()  # isinstance(x, ()) is False
 
 
 def _resource(trackable):
   """The tf.Variable or other resource (a lookup table...) that `trackable` holds, if any."""
   if isinstance(trackable, tf.Variable):
     return trackable
-  if isinstance(trackable, keras.Variable):  # Keras 3: a wrapper around a tf.Variable
+  if isinstance(trackable, _Keras3Variable):  # Keras 3: a wrapper around a tf.Variable
     value = trackable.value
     return value if isinstance(value, tf.Variable) else None
   if isinstance(trackable, tf.saved_model.experimental.TrackableResource):

@@ -4,14 +4,16 @@
 is that of `keras.optimizers.Adam` (`[iteration, learning_rate, momentum0,
 velocity0, ...]`), so checkpoints and `.keras` files move between the two.
 Keras 3 never deduplicates sparse gradients; the fused kernels sum duplicates.
+Keras 3 needs TensorFlow 2.16 or later: on TensorFlow 2.15 importing this
+module raises ImportError naming the flavors that are `tf.keras` there.
 """
 
-import keras
 import tensorflow as tf
 
 from tf_opt_ops import _core
 from tf_opt_ops import _hyperparameters
 from tf_opt_ops import _registry
+from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
 from tf_opt_ops._router_keras import CompositeOptimizer
 from tf_opt_ops._router_keras import MultiOptimizer
 from tf_opt_ops._router_keras import OptimizerBlocks

@@ -15,10 +15,9 @@ every slot its variable's shape).
 import re
 
 import tensorflow as tf
-import tf_keras
-from tf_keras.src.optimizers.legacy.optimizer_v2 import _var_key
 
 from tf_opt_ops import _core
+from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._router_legacy import CompositeOptimizer
@@ -26,6 +25,10 @@ from tf_opt_ops._router_legacy import MultiOptimizer
 from tf_opt_ops._router_legacy import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+
+# tf_keras, or keras 2.15 on TensorFlow 2.15 (where it is tf.keras): see `_keras2`.
+keras2 = _keras2.package()
+_var_key = _keras2.src("optimizers.legacy.optimizer_v2")._var_key
 
 
 class _LegacyMixin:
@@ -70,7 +73,7 @@ class _LegacyMixin:
     return self._decayed_lr(scalar_dtype(var.dtype.base_dtype))
 
 
-class LazyAdam(_LegacyMixin, tf_keras.optimizers.legacy.Adam):
+class LazyAdam(_LegacyMixin, keras2.optimizers.legacy.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
   # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
@@ -95,7 +98,7 @@ class LazyAdam(_LegacyMixin, tf_keras.optimizers.legacy.Adam):
     return self._apply(grad, var, indices)
 
 
-class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.legacy.Optimizer):
+class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.legacy.Optimizer):
   __doc__ = _core.CLIPPY_DOC
 
   def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,

@@ -39,13 +39,16 @@ def bf16_to_f32(bits):
   bits = np.asarray(bits)
   if bits.dtype.name == "bfloat16":  # an ml_dtypes.bfloat16 array: its bits, not its values
     bits = bits.view(np.uint16)
-  return (bits.astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+  # Typed shift counts: NumPy 1.x (TensorFlow <= 2.17) turns a 0-d unsigned array and a
+  # Python int into a signed or float type, which shifts refuse.
+  return (bits.astype(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def f32_to_bf16(x):
   x = np.asarray(x, np.float32)
   b = x.view(np.uint32).astype(np.uint64)
-  rounded = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+  sixteen, one = np.uint64(16), np.uint64(1)
+  rounded = ((b + np.uint64(0x7FFF) + ((b >> sixteen) & one)) >> sixteen).astype(np.uint16)
   return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).astype(np.uint16)
 
 

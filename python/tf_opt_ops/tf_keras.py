@@ -13,9 +13,9 @@ import functools
 import re
 
 import tensorflow as tf
-import tf_keras
 
 from tf_opt_ops import _core
+from tf_opt_ops import _keras2
 from tf_opt_ops import _restore_hints
 from tf_opt_ops import _registry
 from tf_opt_ops._router_tf_keras import CompositeOptimizer
@@ -23,6 +23,14 @@ from tf_opt_ops._router_tf_keras import MultiOptimizer
 from tf_opt_ops._router_tf_keras import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+
+# tf_keras, or keras 2.15 on TensorFlow 2.15 (where it is tf.keras): see `_keras2`.
+keras2 = _keras2.package()
+# tf_keras (TF 2.16+) keeps the state of a sharded variable as one ShardedVariable per slot in
+# `variables` and checkpoints; keras 2.15 keeps each shard's slot apart. `_TfKerasMixin`
+# joins them itself where the base class does not (see `_join_shards`).
+_BASE_JOINS_SHARDS = "_trackable_children" in vars(
+    _keras2.src("optimizers.optimizer")._BaseOptimizer)
 
 
 class _TfKerasMixin:
@@ -51,6 +59,67 @@ class _TfKerasMixin:
   def _on_mesh(self):
     """True under DTensor (`mesh=`): updates in the formulation DTensor can lay out."""
     return bool(self._mesh or self._run_with_dtensor)
+
+  def add_variable_from_reference(self, model_variable, variable_name, shape=None,
+                                  initial_value=None):
+    container = None if _BASE_JOINS_SHARDS else _core.sharded_container(model_variable)
+    if container is None:
+      return super().add_variable_from_reference(model_variable, variable_name, shape=shape,
+                                                 initial_value=initial_value)
+    # keras 2.15 would list this shard's slot in `_variables`: it goes to a list of its own.
+    listed = self.__dict__["_variables"]
+    self.__dict__["_variables"] = []  # not tracked: set in __dict__, as it is put back
+    try:
+      variable = super().add_variable_from_reference(model_variable, variable_name, shape=shape,
+                                                     initial_value=initial_value)
+    finally:
+      self.__dict__["_variables"] = listed
+    self._join_shards(container, model_variable, variable_name, variable)
+    return variable
+
+  def _join_shards(self, container, model_variable, variable_name, variable):
+    """keras 2.15 only: lists the slots of a sharded variable's shards as tf_keras does.
+
+    tf_keras lists the slots of a sharded variable's shards in `_variables`
+    (and in checkpoints, `_trackable_children`) as one ShardedVariable, so a
+    checkpoint restores into another sharding (see `_restoring_into_shards`).
+    keras 2.15, TensorFlow 2.15's tf.keras, lists and saves each shard's slot:
+    a checkpoint written on one device, restored into shards, restored the
+    first shard's slot from the whole slot's position in `_variables` and left
+    the rest at zero. This appends the ShardedVariable once its last shard's
+    slot exists, where tf_keras does, so the state, the checkpoints and their
+    restores are the same on every TensorFlow.
+    """
+    if "_shard_slot_builders" not in self.__dict__:
+      self._shard_slot_builders = self._no_dependency({})  # stored unwrapped, not tracked
+    shards = self._shard_slot_builders.setdefault((id(container), variable_name),
+                                                  [None] * len(container.variables))
+    shards[next(i for i, v in enumerate(container.variables) if v is model_variable)] = variable
+    if all(shard is not None for shard in shards):
+      self._variables.append(tf.__internal__.distribute.ShardedVariable(shards))
+      self.__dict__.pop("_coalesced_children", None)  # children cached before this slot
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    """keras 2.15 only: as tf_keras, lists of slots hold a sharded variable's slots as one
+    ShardedVariable (see `_join_shards`)."""
+    if _BASE_JOINS_SHARDS:
+      return super()._trackable_children(save_type, **kwargs)
+    if "_coalesced_children" not in self.__dict__:  # the same objects on every call
+      children = super()._trackable_children(save_type, **kwargs)
+      joined = {}
+      for key, value in children.items():
+        if isinstance(value, list) and key not in ("_variables", "_index_dict", "_learning_rate",
+                                                   "_iterations"):
+          items = []
+          for var in value:
+            container = _core.sharded_container(var)
+            item = var if container is None else container
+            if not any(other is item for other in items):
+              items.append(item)
+          value = tf.__internal__.tracking.wrap(items)
+        joined[key] = value
+      self._coalesced_children = self._no_dependency(joined)
+    return self._coalesced_children
 
   @contextlib.contextmanager
   def _restoring_into_shards(self, var_list):
@@ -83,7 +152,7 @@ class _TfKerasMixin:
         self._handle_deferred_dependencies(name=name, trackable=children[name])
 
 
-class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
+class LazyAdam(_TfKerasMixin, keras2.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
   # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
@@ -107,7 +176,7 @@ class LazyAdam(_TfKerasMixin, tf_keras.optimizers.Adam):
                            epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh)
 
 
-class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers.Optimizer):
+class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.Optimizer):
   __doc__ = _core.CLIPPY_DOC
 
   def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
@@ -146,7 +215,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, tf_keras.optimizers
     # docs/design.md, "Invariants").
     self._factor_of = self._no_dependency({})
     shards_seen = {}
-    initializer = tf_keras.initializers.Constant(self.initial_accumulator_value)
+    initializer = keras2.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
       if self._mesh:
         # With the variable's layout (a callable is not copied to a replicated one).
