@@ -9,7 +9,7 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
 
-.PHONY: deps bazel venv configure build wheel wheel-all matrix test bench demo clean \
+.PHONY: deps bazel venv configure build wheel wheel-all matrix test test-fast bench demo clean \
 	gpu-check-build gpu-check format lint clang-format cuda-toolchain
 
 # The CUDA toolchain ("CUDA toolchain" below) on x86_64, the platform of the wheels it is
@@ -57,6 +57,11 @@ wheel: build
 
 test: wheel
 	$(PY) -m pytest tests -q -ra
+
+# The tests that take seconds (no `slow` or `cluster` marker; tests/conftest.py), on the
+# built tree: no wheel build.
+test-fast: build
+	$(PY) -m pytest tests -q -ra -m "not slow and not cluster"
 
 # ------------------------------------------------------ TensorFlow versions
 # build_deps/tf_versions.txt lists the supported TensorFlow versions. `make

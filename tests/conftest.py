@@ -1,9 +1,36 @@
+"""The test suite's shared setup; what tests share is in common.py.
+
+Layout (one folder per layer of docs/design.md): ops/ (the kernels through the raw ops),
+optimizers/ (each Keras flavor), routers/, distributed/ (strategies and clusters),
+production/ (loader, SavedModel, serving, retraining), packaging/ (wheel, portability, the
+CUDA build), programs/ (demo, benchmarks), docs/ (README and guide). matrix/ is a suite of
+its own for the installed wheel on each TensorFlow version (`make matrix`).
+
+Markers: `slow` (tens of seconds or more, or needs the wheel from `make wheel`) and
+`cluster` (starts TensorFlow server processes); `make test-fast` leaves both out.
+"""
+
 import os
 import sys
 
-sys.path.insert(0,
-                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+import pytest
 
-# tests/matrix is a suite of its own, for the installed wheel in a venv per TensorFlow version
-# (its conftest refuses the source tree this file puts on sys.path): not part of this suite.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, TESTS_DIR)
+sys.path.insert(0, os.path.join(os.path.dirname(TESTS_DIR), "python"))
+
+import common  # noqa: E402  (after the path above)
+
+# tests/matrix refuses the source tree this file puts on sys.path: not part of this suite.
 collect_ignore = ["matrix"]
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "slow: takes tens of seconds or more, or needs the wheel")
+  config.addinivalue_line("markers", "cluster: starts TensorFlow server processes")
+
+
+@pytest.fixture
+def run_python():
+  """common.run_python: Python code in a fresh process with the test environment."""
+  return common.run_python

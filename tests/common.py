@@ -1,0 +1,64 @@
+"""What the tests share: where things are, the flavors, the tolerances, fresh processes.
+
+Imported by test modules (`from common import ...`); tests/conftest.py puts this folder and
+the source package (python/) on sys.path and turns `run_python` into a fixture.
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS_DIR)
+PYTHON_DIR = os.path.join(ROOT, "python")
+
+# The Keras optimizer APIs, as the flavor modules tf_opt_ops.<name> are called.
+FLAVORS = ("keras", "tf_keras", "legacy")
+# The two Keras 2 APIs: what tf_keras models, clusters with sharded variables and the peers
+# (TF Addons, Merlin, TFRS) use.
+TF_KERAS_FLAVORS = ("tf_keras", "legacy")
+
+
+def flavor_module(name):
+  """tf_opt_ops.keras, tf_opt_ops.tf_keras or tf_opt_ops.legacy."""
+  return importlib.import_module(f"tf_opt_ops.{name}")
+
+
+# (rtol, atol) of a kernel's result against tf_opt_ops.reference, by variable dtype: what
+# reference.py promises. float32 and float64 are bit for bit (the kernels compute the
+# reference's operations in its order, without FMA contraction); half types compute in
+# float32 and round once when stored, so a float32 difference in the last place may flip
+# the stored value's last bit.
+TOLERANCE = {
+    "float64": (0.0, 0.0),
+    "float32": (0.0, 0.0),
+    "float16": (2.0**-10, 2.0**-10),
+    "bfloat16": (2.0**-7, 2.0**-7),
+}
+
+
+def python_env(package=True, **extra):
+  """The environment of a fresh Python process: quiet TensorFlow; the source package (and
+  this folder, for `common`) on PYTHONPATH when `package`, no PYTHONPATH at all otherwise;
+  then `extra`."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("PYTHONPATH", None)
+  if package:
+    env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, TESTS_DIR])
+  env.update({k: str(v) for k, v in extra.items()})
+  return env
+
+
+def run_python(code=None, *args, package=True, env=None, cwd=None, timeout=600, check=True):
+  """Runs `code` (or `python *args`) in a fresh process; returns the CompletedProcess.
+
+  `env` adds to `python_env(package)`. With `check`, a non-zero exit fails the test with
+  the end of its stderr.
+  """
+  command = [sys.executable, *args] + ([] if code is None else ["-c", code])
+  result = subprocess.run(command, env=python_env(package, **(env or {})), cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+  if check and result.returncode != 0:
+    raise AssertionError(f"{command[:3]} exited {result.returncode}:\n{result.stderr[-4000:]}")
+  return result

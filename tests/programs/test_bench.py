@@ -1,0 +1,160 @@
+"""The benchmark compares like with like: its composite lazy Adam (what Python
+optimizers run today) and the fused op both compute what the reference computes."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_opt_ops import bench, ops, reference
+
+pytestmark = pytest.mark.slow
+
+
+def test_composite_baseline_and_fused_op_match_the_reference():
+  rng = np.random.default_rng(0)
+  init = rng.standard_normal((50, 8)).astype(np.float32)
+  fused = [tf.Variable(init), tf.Variable(tf.zeros((50, 8))), tf.Variable(tf.zeros((50, 8)))]
+  composite = [tf.Variable(init), tf.Variable(tf.zeros((50, 8))), tf.Variable(tf.zeros((50, 8)))]
+  want = [init, np.zeros_like(init), np.zeros_like(init)]
+  hyper = dict(lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7)
+  for t in range(1, 4):
+    indices = rng.integers(0, 50, 30)  # with duplicates
+    grad = rng.standard_normal((30, 8)).astype(np.float32)
+    powers = dict(beta1_power=0.9**t, beta2_power=0.999**t)
+    ops.sparse_lazy_adam(*fused, grad, indices, lr=0.01, beta_1_power=0.9**t, beta_2_power=0.999**t)
+    lr_t = reference.adam_step("float32", **hyper, **powers)["lr_t"]
+    bench.composite_lazy_adam(*composite, tf.constant(grad), tf.constant(indices), lr_t, 0.9, 0.999,
+                              1e-7)
+    want = reference.sparse_lazy_adam(*want, grad, indices, "float32", **hyper, **powers)
+  for f, c, w in zip(fused, composite, want):
+    np.testing.assert_array_equal(f.numpy(), w)  # float32: the kernel's operations, bit for bit
+    np.testing.assert_allclose(c.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_report_renders_every_case():
+  case = {
+      "fused": {"median_ms": 1.0, "min_ms": 0.9, "max_ms": 1.2},
+      "composite": {"median_ms": 6.0, "min_ms": 5.0, "max_ms": 7.0}, "bytes": 40_000_000,
+      "ops": {"fused": 10, "composite": 30}
+  }
+  report = {
+      "machine": "test", "tf_version": tf.__version__,
+      "bandwidth": {"1": {"median_gbs": 20.0}, "2": {"median_gbs": 40.0}},
+      "fixed_cost": {"median_ms": 0.3, "min_ms": 0.2, "max_ms": 0.4},
+      "lazy_adam": {"1,000×8, B=10": case}
+  }
+  table = bench.render(report)
+  # 40 MB in 1 ms is 40 GB/s: 100% of the 40 GB/s limit; composite is 6x slower.
+  assert "| 1,000×8, B=10 | 1 (0.9–1.2) | 6 (5–7) | — | 6.0× | — | 100% | 10 / 30 |" in table
+
+
+def _update_graph_op_types(optimizer, variables, grads):
+  optimizer.build(variables)
+
+  @tf.function
+  def step():
+    optimizer.apply_gradients(zip(grads, variables))
+
+  return [op.type for op in step.get_concrete_function().graph.get_operations()]
+
+
+def test_one_fused_op_per_variable_in_the_traced_update():
+  import keras  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import keras as flavor  # pylint: disable=g-import-not-at-top
+  tables = [keras.Variable(np.zeros((100, 4), np.float32)) for _ in range(3)]
+  grads = [
+      tf.IndexedSlices(tf.ones((5, 4)), tf.constant([1, 2, 2, 7, 9]), tf.constant([100, 4]))
+      for _ in tables
+  ]
+  for optimizer, op_type in ((flavor.LazyAdam(), "TfOptOps>ResourceSparseApplyLazyAdam"),
+                             (flavor.ClippyAdagrad(), "TfOptOps>ResourceSparseApplyClippyAdagrad")):
+    types = _update_graph_op_types(optimizer, tables, grads)
+    assert types.count(op_type) == len(tables)
+    # No composite path behind it: no gathers, scatters, dedup or dense passes over a table.
+    assert not [
+        t for t in types if t.startswith(("ResourceGather", "ResourceScatter", "Unique",
+                                          "UnsortedSegment", "ResourceApply"))
+    ], types
+    # The only other write is the iteration increment (Keras 3 writes it with
+    # AssignVariableOp or AssignAddVariableOp, depending on the context).
+    assert types.count("AssignVariableOp") + types.count("AssignAddVariableOp") == 1, types
+
+
+# ----------------------------------------------------------------- whole DLRM train step
+TINY_DLRM = dict(cap=40, dim=4, batch=64, bottom=(8,), top=(8,))
+
+
+def test_dlrm_tables_are_the_criteo_sizes_capped():
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  case = bench_e2e.DlrmCase(cap=1_000, dim=16, batch=4_096)
+  assert len(case.rows) == 26
+  assert max(case.cardinalities) == 10_131_227 and min(case.cardinalities) == 3
+  assert case.rows[2] == 1_000 and case.rows[8] == 3  # capped, and kept below the cap
+  assert bench_e2e.DlrmCase(cap=None, dim=16, batch=1).rows == bench_e2e.CRITEO_KAGGLE_ROWS
+
+
+def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  case = bench_e2e.DlrmCase(**TINY_DLRM)
+  for flavor in bench_e2e.FLAVORS:
+    result = bench_e2e.run_case(case, flavor, rounds=1, batches=2)
+    assert result["checked"]
+    assert list(result["contenders"]) == list(bench_e2e.CONTENDERS)
+    for name, r in result["contenders"].items():
+      assert r["step"]["median_ms"] > 0 and r["examples_per_s"] > 0, (flavor, name)
+      assert r["x_floor"]["median_ms"] > 0, (flavor, name)
+    floor = result["contenders"]["floor"]["x_floor"]
+    assert floor["min_ms"] == floor["max_ms"] == 1.0
+    report = {
+        "machine": "test", "tf_version": tf.__version__, "cases": {case.label: {flavor: result}}
+    }
+    assert "| ours: MultiOptimizer(LazyAdam, ClippyAdagrad) |" in bench_e2e.render(report)
+    bench_e2e.plot(report, tmp_path / f"{flavor}.png")
+    assert (tmp_path / f"{flavor}.png").stat().st_size > 0
+
+
+def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
+  """The floor's SGD step is not Adam's: checked as Adam, it fails."""
+  import pytest  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(bench_e2e.CONTENDERS, "floor", ("SGD checked as Adam", "adam", "adam"))
+  with pytest.raises(AssertionError, match="not the adam reference"):
+    bench_e2e.run_case(bench_e2e.DlrmCase(**TINY_DLRM), "keras", rounds=1, batches=2,
+                       contenders=("floor",))
+
+
+def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floor():
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  small = bench_e2e.DlrmCase(cap=200_000, dim=16, batch=4_096)
+  assert small.contender_groups(24) == (tuple(bench_e2e.CONTENDERS),)
+  uncapped = bench_e2e.DlrmCase(cap=None, dim=16, batch=4_096)
+  assert uncapped.memory_estimate_gib() > 24  # all six in one process do not fit
+  groups = uncapped.contender_groups(24)
+  assert groups == bench_e2e.SPLIT_GROUPS
+  assert all("floor" in group for group in groups)
+  assert sorted({name for group in groups for name in group}) == sorted(bench_e2e.CONTENDERS)
+  assert uncapped.contender_groups(4) is None
+
+
+def test_grouped_dlrm_runs_merge_every_contender_against_its_own_floor(monkeypatch):
+  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  python_dir = os.path.dirname(os.path.dirname(bench_e2e.__file__))
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
+  case = bench_e2e.DlrmCase(**TINY_DLRM)
+  result = bench_e2e.run_in_groups(case, "keras", 1, bench_e2e.SPLIT_GROUPS)
+  assert result["checked"]
+  assert list(result["contenders"]) == list(bench_e2e.CONTENDERS)
+  assert result["groups"] == [list(group) for group in bench_e2e.SPLIT_GROUPS]
+  for name, r in result["contenders"].items():
+    assert r["step"]["median_ms"] > 0 and r["x_floor"]["median_ms"] > 0, name
+  # Keras 3: our LazyAdam also ran alone in a third process.
+  assert result["alone"]["step"]["median_ms"] > 0 and result["alone"]["x_floor_across"] > 0
+  report = {
+      "machine": "test", "tf_version": tf.__version__, "cases": {case.label: {"keras": result}}
+  }
+  rendered = bench_e2e.render(report)
+  assert "Run as (lazy_adam, multi, composite, floor) and (adam, keras_sgd, floor)" in rendered
+  assert "keras, ours: LazyAdam alone in its process" in rendered
+  assert "| ours alone, examples/s (× floor) |" in rendered
