@@ -5,7 +5,7 @@
 exits 1, naming them, when LIBRARY needs a newer version of any family than
 REFERENCE does (TensorFlow's libtensorflow_framework.so.2: the library must load
 wherever that TensorFlow loads) or than the wheel's manylinux_2_27 tag allows.
-tests/test_portability.py, tests/matrix/ and tools/wheel_all.sh use it. Needs
+tests/packaging/test_portability.py, tests/matrix/ and tools/wheel_all.sh use it. Needs
 binutils' readelf.
 """
 
