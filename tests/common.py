@@ -39,13 +39,11 @@ TOLERANCE = {
 
 
 def python_env(package=True, **extra):
-  """The environment of a fresh Python process: quiet TensorFlow; the source package (and
-  this folder, for `common`) on PYTHONPATH when `package`, no PYTHONPATH at all otherwise;
-  then `extra`."""
+  """The environment of a fresh Python process: quiet TensorFlow; PYTHONPATH this folder (for
+  `common` and the test modules a process runs) and, when `package`, the source package; then
+  `extra`."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env.pop("PYTHONPATH", None)
-  if package:
-    env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, TESTS_DIR])
+  env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, TESTS_DIR] if package else [TESTS_DIR])
   env.update({k: str(v) for k, v in extra.items()})
   return env
 

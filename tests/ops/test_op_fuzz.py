@@ -37,8 +37,6 @@ import common
 
 pytestmark = pytest.mark.slow
 
-ROOT = common.ROOT
-
 EXAMPLES_PER_OP = int(os.environ.get("TF_OPT_OPS_FUZZ_EXAMPLES", "40"))
 CALL_TIMEOUT_S = 120
 
@@ -52,7 +50,6 @@ HYPERS = {
                "absolute_threshold"),
 }
 HYPERS["sparse_clippy"] = HYPERS["clippy"]
-TOL = {"float32": 0, "float64": 0, "float16": 1e-3, "bfloat16": 1e-2}
 
 # ------------------------------------------------------------------ the worker
 # Runs in its own process: builds the tensors of one case, calls the op, and
@@ -164,14 +161,14 @@ class Worker:
     self.proc = None
 
   def _start(self):
-    code = ("import sys; sys.path[:0] = [{!r}, {!r}]; import test_op_fuzz; "
-            "test_op_fuzz.serve()").format(os.path.dirname(os.path.abspath(__file__)),
-                                           os.path.join(ROOT, "python"))
+    code = ("import sys; sys.path.insert(0, {!r}); import test_op_fuzz; "
+            "test_op_fuzz.serve()").format(os.path.dirname(os.path.abspath(__file__)))
     # stderr to a file, not a pipe: TensorFlow's warnings would fill a pipe
     # nobody reads until the worker blocks.
     self.stderr = tempfile.TemporaryFile()
     self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=self.stderr)
+                                 stdout=subprocess.PIPE, stderr=self.stderr,
+                                 env=common.python_env())
     assert self._receive() == "ready", self._death_note("the worker did not start")
 
   def _receive(self):
@@ -350,12 +347,12 @@ def check(worker, case):
   if valid:
     assert got["outcome"] == "ok", f"valid call failed: {got['error']}: {got['message']}"
     want, want_scale = expected(request, case["dtype"])
-    tol = TOL[case["dtype"]]
+    rtol, atol = common.TOLERANCE[case["dtype"]]
     for name, g, w in zip(SLOTS[case["op"]], got["after"], want):
       assert g.shape == w.shape, name
       np.testing.assert_allclose(
           reference.load(g, case["dtype"]).astype(np.float64),
-          reference.load(w, case["dtype"]).astype(np.float64), rtol=tol, atol=tol, equal_nan=True,
+          reference.load(w, case["dtype"]).astype(np.float64), rtol=rtol, atol=atol, equal_nan=True,
           err_msg=f"{name} ({case['dtype']})")
     if want_scale is not None:
       np.testing.assert_allclose(got["scale"], want_scale,

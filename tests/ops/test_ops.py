@@ -26,13 +26,6 @@ NUMPY_DTYPES = {
     tf.float32: np.float32,
     tf.float64: np.float64,
 }
-# (rtol, atol) for one step's result against the reference.
-TOLERANCE = {
-    tf.float16: (2e-3, 2e-3),
-    tf.bfloat16: (1.6e-2, 1.6e-2),
-    tf.float32: (2e-6, 2e-6),
-    tf.float64: (1e-12, 1e-12),
-}
 
 
 def run(mode, fn, *args, **kwargs):
@@ -62,7 +55,7 @@ def numpy_of(v):
 
 def assert_close(actual, expected, dtype):
   """`expected` in the reference's stored form (bfloat16 as bits)."""
-  rtol, atol = TOLERANCE[dtype]
+  rtol, atol = common.TOLERANCE[dtype.name]
   np.testing.assert_allclose(np.asarray(actual, np.float64),
                              reference.load(expected, dtype.name).astype(np.float64), rtol=rtol,
                              atol=atol)
@@ -168,8 +161,8 @@ def test_sparse_clippy_adagrad_matches_reference(dtype, index_dtype, mode, optio
     scale = run(mode, ops.sparse_clippy_adagrad, var, accum, tf.constant(grad, dtype),
                 tf.constant(indices, index_dtype), **options)
     assert scale.dtype == ops.scalar_dtype(dtype)
-    rtol, _ = TOLERANCE[dtype]
-    np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol * 10)
+    rtol, atol = common.TOLERANCE[dtype.name]
+    np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol, atol=atol)
     assert_close(numpy_of(var), want_var, dtype)
     assert_close(numpy_of(accum), want_accum, dtype)
     scales.append(scalar_of(scale))
@@ -194,8 +187,8 @@ def test_dense_clippy_adagrad_matches_reference(dtype, mode, options):
     want_var, want_accum, want_scale = reference.clippy_adagrad(numpy_of(var), numpy_of(accum),
                                                                 grad, dtype.name, **options)
     scale = run(mode, ops.clippy_adagrad, var, accum, tf.constant(grad, dtype), **options)
-    rtol, _ = TOLERANCE[dtype]
-    np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol * 10)
+    rtol, atol = common.TOLERANCE[dtype.name]
+    np.testing.assert_allclose(scalar_of(scale), want_scale, rtol=rtol, atol=atol)
     assert_close(numpy_of(var), want_var, dtype)
     assert_close(numpy_of(accum), want_accum, dtype)
 

@@ -345,8 +345,6 @@ def test_gpu_check_build_uses_the_bazel_clang_flags_and_archs():
 # With the CUDA build loaded (or a CPU-only one), the CPU kernels match the
 # NumPy references gpu_check.py uses on the GPU: this keeps those honest.
 
-TOL = {"float32": 0, "float64": 0, "float16": 1e-3, "bfloat16": 1e-2}
-
 
 def _tf_dtype(dtype):
   return tf.as_dtype(dtype)
@@ -371,8 +369,8 @@ def _stored(t, dtype):
 def _assert_close(got, want, dtype, what):
   got64 = reference.load(got, dtype).astype(np.float64)
   want64 = reference.load(want, dtype).astype(np.float64)
-  tol = TOL[dtype]
-  np.testing.assert_allclose(got64, want64, rtol=tol, atol=tol, err_msg=f"{what} ({dtype})")
+  rtol, atol = common.TOLERANCE[dtype]
+  np.testing.assert_allclose(got64, want64, rtol=rtol, atol=atol, err_msg=f"{what} ({dtype})")
 
 
 def _case(dtype, rows=20, dim=7, n=30, seed=0):
