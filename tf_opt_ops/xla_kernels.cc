@@ -293,15 +293,6 @@ const XlaKernel kKernels[] = {
     {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true>>},
 };
 
-// The XLA devices we have targets for: the CPU always, the GPU in CUDA builds.
-std::vector<std::string> Devices() {
-  std::vector<std::string> devices = {tensorflow::DEVICE_CPU_XLA_JIT};
-#if GOOGLE_CUDA
-  devices.push_back(tensorflow::DEVICE_GPU_XLA_JIT);
-#endif
-  return devices;
-}
-
 // True once TensorFlow has turned the XLA op registry into kernels (at its
 // first XLA compilation): registrations made after that get no kernels from
 // it, so ours must be registered as kernels directly.
@@ -330,48 +321,71 @@ void RegisterCompilationKernel(const tensorflow::OpDef& op_def, const std::strin
   new tensorflow::kernel_factory::OpKernelRegistrar(kernel_def, "XlaJitOp", factory);
 }
 
-std::string Register(const char* build_id) {
+// Bits of TfOptOpsXlaRegister's result: the XLA devices with kernels.
+constexpr int kCpu = 1;
+constexpr int kGpu = 2;
+
+// Registers the kernels and targets; returns the devices they serve (-1 and
+// `error` set on failure, `note` set when the GPU has none).
+int Register(const char* build_id, std::string* error, std::string* note) {
   if (std::strcmp(build_id, TF_OPT_OPS_BUILD_ID) != 0) {
-    return std::string("this XLA library is build ") + TF_OPT_OPS_BUILD_ID +
-           " but the package expects build " + build_id +
-           ": reinstall tf_opt_ops, or rebuild both libraries (make build)";
+    *error = std::string("this XLA library is build ") + TF_OPT_OPS_BUILD_ID +
+             " but the package expects build " + build_id +
+             ": reinstall tf_opt_ops, or rebuild both libraries (make build)";
+    return -1;
   }
   std::vector<const tensorflow::OpDef*> op_defs;
   for (const XlaKernel& kernel : kKernels) {
     const tensorflow::OpRegistrationData* data = nullptr;
     if (!tensorflow::OpRegistry::Global()->LookUp(kernel.op, &data).ok()) {
-      return std::string("op ") + kernel.op +
-             " is not registered: load _tf_opt_ops.so (import tf_opt_ops) before its XLA "
-             "library";
+      *error = std::string("op ") + kernel.op +
+               " is not registered: load _tf_opt_ops.so (import tf_opt_ops) before its XLA "
+               "library";
+      return -1;
     }
     op_defs.push_back(&data->op_def);
   }
   for (const std::string& op : tensorflow::XlaOpRegistry::GetAllRegisteredOps()) {
     // Another copy of this library (loaded from another path) registered
     // the kernels and targets; registering again would abort in TensorFlow.
-    if (op == kSparseLazyAdamOp) return "";
+    if (op == kSparseLazyAdamOp) {
+      *note = "the XLA kernels were registered by another copy of this library";
+      return kCpu;
+    }
   }
   const XLA_FFI_Api* api = xla::ffi::GetXlaFfiApi();
-  std::string error = xla_targets::RegisterCpuTargets(api);
-  if (!error.empty()) return "registering the CPU custom call targets failed: " + error;
+  *error = xla_targets::RegisterCpuTargets(api);
+  if (!error->empty()) {
+    *error = "registering the CPU custom call targets with XLA failed: " + *error;
+    return -1;
+  }
+  int devices = kCpu;
+  std::vector<absl::string_view> device_names = {tensorflow::DEVICE_CPU_XLA_JIT};
 #if GOOGLE_CUDA
-  error = xla_targets::RegisterGpuTargets(api);
-  if (!error.empty()) return "registering the GPU custom call targets failed: " + error;
+  // A CPU-only TensorFlow may have no CUDA platform to register with: the
+  // GPU then has no kernels, which the optimizers learn from the result.
+  const std::string gpu_error = xla_targets::RegisterGpuTargets(api);
+  if (gpu_error.empty()) {
+    devices |= kGpu;
+    device_names.push_back(tensorflow::DEVICE_GPU_XLA_JIT);
+  } else {
+    *note = "no XLA kernels on GPUs: registering the GPU custom call targets failed: " + gpu_error;
+  }
+#else
+  *note = "no XLA kernels on GPUs: this library was built without CUDA";
 #endif
   const bool late = CompilationKernelsRegistered();
-  const std::vector<std::string> devices = Devices();
   for (size_t k = 0; k < op_defs.size(); ++k) {
-    std::vector<absl::string_view> device_views(devices.begin(), devices.end());
     new tensorflow::XlaOpRegistrar(tensorflow::XlaOpRegistrationBuilder::Name(kKernels[k].op)
-                                       .Device(device_views)
+                                       .Device(device_names)
                                        .Build(kKernels[k].factory));
     if (late) {
-      for (const std::string& device : devices) {
-        RegisterCompilationKernel(*op_defs[k], device, kKernels[k].factory);
+      for (absl::string_view device : device_names) {
+        RegisterCompilationKernel(*op_defs[k], std::string(device), kKernels[k].factory);
       }
     }
   }
-  return "";
+  return devices;
 }
 
 }  // namespace
@@ -379,20 +393,21 @@ std::string Register(const char* build_id) {
 
 // Registers the XLA kernels and custom call targets, once per process;
 // `build_id` is the build the package expects (its _build_info.py). Returns
-// 0, or 1 with what failed (and what to do) in `message`. Nothing is
-// registered on failure.
+// the XLA devices that have kernels (1: the CPU, 2: GPUs), with a note in
+// `message` when GPUs have none; or -1, with what failed and what to do in
+// `message`, having registered no kernel.
 extern "C" __attribute__((visibility("default"))) int TfOptOpsXlaRegister(const char* build_id,
                                                                           char* message,
                                                                           size_t size) {
   static std::mutex mu;
-  static bool registered = false;
+  static int devices = 0;
+  static std::string note;
   std::lock_guard<std::mutex> lock(mu);
-  if (registered) return 0;
-  const std::string error = tf_opt_ops::Register(build_id);
-  if (!error.empty()) {
-    std::snprintf(message, size, "%s", error.c_str());
-    return 1;
+  if (devices <= 0) {
+    std::string error;
+    devices = tf_opt_ops::Register(build_id, &error, &note);
+    if (devices < 0) note = error;
   }
-  registered = true;
-  return 0;
+  std::snprintf(message, size, "%s", note.c_str());
+  return devices;
 }

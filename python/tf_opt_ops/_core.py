@@ -58,17 +58,14 @@ def xla_fallback(what, var):
   """True (with the fallback logged once) when `what` on `var` must run in standard ops.
 
   Inside an XLA-compiled function the fused ops run through their XLA
-  kernels, which exist for the CPU always and for GPUs in a CUDA build of the
-  library; anywhere else (the XLA library missing, or a GPU variable with a
-  CPU-only library) the standard-ops fallback runs. Why: see docs/design.md,
+  kernels, which exist for the CPU, and for GPUs in a CUDA build of the
+  library; where they are missing (no XLA library for this TensorFlow, or a
+  variable on a GPU without GPU kernels) the standard-ops fallback runs. Why: see docs/design.md,
   "XLA".
   """
   if not in_xla_context():
     return False
-  reason = _loader.xla_unavailable()
-  if reason is None and "GPU" in str(getattr(var, "device", "")).upper():
-    if not _loader.build_info().get("CUDA_VERSION"):
-      reason = "this tf_opt_ops library was built without CUDA, so its XLA kernels are CPU-only"
+  reason = _loader.xla_unavailable(gpu="GPU" in str(getattr(var, "device", "")).upper())
   if reason is None:
     return False
   _log_fallback_once(what, reason)

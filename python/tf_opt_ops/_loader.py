@@ -140,8 +140,8 @@ def load_library():
     module = _load_op_library()
   # Before any XLA compilation the process may run, as TensorFlow's own XLA
   # kernels are (a later registration works too, but only this one is usual).
-  global _xla_unavailable
-  _xla_unavailable = _register_xla_kernels()
+  global _xla_unavailable, _xla_gpu_unavailable
+  _xla_unavailable, _xla_gpu_unavailable = _register_xla_kernels()
   return module
 
 
@@ -161,33 +161,42 @@ def _load_op_library():
 
 
 _xla_unavailable = "the op library is not loaded"
+_xla_gpu_unavailable = _xla_unavailable
 
 
-def xla_unavailable():
-  """None when the ops have XLA kernels in this process, else why not (a sentence).
+def xla_unavailable(gpu=False):
+  """None when the ops have XLA kernels in this process (on GPUs with `gpu`), else why not.
 
   `load_library` loads _tf_opt_ops_xla.so after the op library (whose ops its
-  kernels lower) and registers its kernels and custom call targets; a
-  failure leaves the ops without XLA kernels, and the optimizers run their
-  standard-ops fallback inside XLA (see `_core`).
+  kernels lower) and registers its kernels and custom call targets: for the
+  CPU, and for GPUs in a CUDA build. Where they are missing the optimizers run
+  their standard-ops fallback inside XLA (see `_core`).
   """
   load_library()
-  return _xla_unavailable
+  return _xla_gpu_unavailable if gpu else _xla_unavailable
 
 
 def _register_xla_kernels():
-  """Loads _tf_opt_ops_xla.so and registers its XLA kernels; None, or why not. Never raises."""
+  """Loads _tf_opt_ops_xla.so and registers its XLA kernels; never raises.
+
+  Returns (why the CPU has none, why GPUs have none), each None when they do.
+  """
   if not os.path.exists(XLA_LIBRARY_PATH):
-    return (f"this installation has no {XLA_LIBRARY_NAME} for TensorFlow "
-            f"{tf_opt_ops_sysconfig.tf_minor(tf.__version__)} beside {LIBRARY_PATH}")
+    reason = (f"this installation has no {XLA_LIBRARY_NAME} for TensorFlow "
+              f"{tf_opt_ops_sysconfig.tf_minor(tf.__version__)} beside {LIBRARY_PATH}")
+    return reason, reason
   try:
     library = ctypes.CDLL(XLA_LIBRARY_PATH)
     register = library.TfOptOpsXlaRegister
   except (OSError, AttributeError) as e:
-    return f"loading {XLA_LIBRARY_PATH} failed ({str(e).strip()})"
+    reason = f"loading {XLA_LIBRARY_PATH} failed ({str(e).strip()})"
+    return reason, reason
   register.restype = ctypes.c_int
   register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
   message = ctypes.create_string_buffer(4096)
-  if register((built_id() or "").encode(), message, len(message)) != 0:
-    return f"{XLA_LIBRARY_PATH} did not register its XLA kernels: {message.value.decode()}"
-  return None
+  devices = register((built_id() or "").encode(), message, len(message))
+  note = message.value.decode(errors="replace")
+  if devices < 0:
+    reason = f"{XLA_LIBRARY_PATH} did not register its XLA kernels: {note}"
+    return reason, reason
+  return None, (None if devices & 2 else note or "no XLA kernels on GPUs")
