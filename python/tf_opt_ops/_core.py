@@ -50,8 +50,7 @@ def _log_fallback_once(what, reason):
       "tf_opt_ops: %s runs inside an XLA-compiled function, where the fused ops have no "
       "XLA kernels here (%s); falling back to the same math in standard TensorFlow ops, "
       "several times slower. Install the tf_opt_ops release wheel (or `make build`) to get "
-      "them, or compile the training step without jit_compile to use the fused ops.", what,
-      reason)
+      "them, or compile the training step without jit_compile to use the fused ops.", what, reason)
 
 
 def xla_fallback(what, var):
@@ -70,6 +69,17 @@ def xla_fallback(what, var):
     return False
   _log_fallback_once(what, reason)
   return True
+
+
+def default_jit_compile(kwargs):
+  """tf_keras' `jit_compile` default for our classes, set in `kwargs` unless given.
+
+  The base class's own default (on where there is a GPU) where the fused ops
+  have XLA kernels on GPUs; off where they have none, as XLA would then run
+  the standard-ops fallback.
+  """
+  if _loader.xla_unavailable(gpu=True) is not None:
+    kwargs.setdefault("jit_compile", False)
 
 
 def is_zero(value):
