@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tf_opt_ops/cpu_kernels.h"
+#include "tf_opt_ops/huge_pages.h"
 #include "tf_opt_ops/xla_ffi.h"
 #include "tf_opt_ops/xla_targets.h"
 
@@ -77,6 +78,16 @@ T* InPlace(const Call& call, int k) {
   return static_cast<T*>(result.data);
 }
 
+// A table a sparse update scatters into gets huge pages, as in the OpKernels
+// (huge_pages.h). XLA updates the variable's own buffer, which stays where
+// it is from step to step, so the buffer's address identifies the variable.
+template <typename T>
+T* InPlaceSparse(const Call& call, int k) {
+  T* data = InPlace<T>(call, k);
+  AdviseHugePages(data, data, call.ret(k).num_elements() * static_cast<int64_t>(sizeof(T)));
+  return data;
+}
+
 template <typename T, typename Tindex>
 cpu::SparseGrad<T, Tindex> SparseGradOf(const Buffer& var, const Buffer& grad,
                                         const Buffer& indices) {
@@ -101,9 +112,9 @@ absl::Status SparseLazyAdam(const Call& call) {
     const AdamStep<C> step = MakeAdamStep<C>(h[2], h[3], h[4], h[5], h[0], h[1]);
     return ForIndexType(kSparseLazyAdam, indices.dtype, [&](auto i) {
       using Tindex = decltype(i);
-      T* var_data = InPlace<T>(call, 0);
-      T* m_data = InPlace<T>(call, 1);
-      T* v_data = InPlace<T>(call, 2);
+      T* var_data = InPlaceSparse<T>(call, 0);
+      T* m_data = InPlaceSparse<T>(call, 1);
+      T* v_data = InPlaceSparse<T>(call, 2);
       const xla_ffi::FfiCpuPool pool(call);
       return cpu::SparseApplyLazyAdam<T, Tindex>(pool, SparseGradOf<T, Tindex>(var, grad, indices),
                                                  var_data, m_data, v_data, step);
@@ -136,8 +147,8 @@ absl::Status SparseClippyAdagrad(const Call& call) {
     const ClippyStep<C> step = ClippyStepOf(static_cast<const C*>(call.arg(4).data));
     return ForIndexType(kSparseClippyAdagrad, indices.dtype, [&](auto i) {
       using Tindex = decltype(i);
-      T* var_data = InPlace<T>(call, 0);
-      T* accum_data = InPlace<T>(call, 1);
+      T* var_data = InPlaceSparse<T>(call, 0);
+      T* accum_data = InPlaceSparse<T>(call, 1);
       const xla_ffi::FfiCpuPool pool(call);
       return cpu::SparseApplyClippyAdagrad<T, Tindex>(
           pool, SparseGradOf<T, Tindex>(var, grad, indices), var_data, accum_data, step,
