@@ -451,3 +451,17 @@ def test_xla_library_needs_no_more_than_tensorflow():
   ops_library = subprocess.run(["readelf", "-d", "--wide", _loader.LIBRARY_PATH],
                                capture_output=True, text=True, check=True).stdout
   assert "libtensorflow_cc" not in ops_library
+
+
+def test_xla_library_exports_only_its_entry_point():
+  # Hidden visibility, as the op library: its copies of the CPU updates and
+  # (in a CUDA build) the static CUDA runtime stay its own.
+  def symbols(*flags):
+    out = subprocess.run(["nm", "-D", *flags, _loader.XLA_LIBRARY_PATH], capture_output=True,
+                         text=True, check=True).stdout
+    return [line.split() for line in out.splitlines() if line.strip()]
+
+  strong = {fields[-1] for fields in symbols("--defined-only") if fields[-2] not in "Ww"}
+  assert strong == {"TfOptOpsXlaRegister"}, sorted(strong)
+  cuda = re.compile(r"^(__)?cu(da)?[A-Z_]")
+  assert not [fields[-1] for fields in symbols("--undefined-only") if cuda.match(fields[-1])]

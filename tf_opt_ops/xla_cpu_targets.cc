@@ -11,8 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "tf_opt_ops/cpu_kernels.h"
 #include "tf_opt_ops/huge_pages.h"
-#include "tf_opt_ops/xla_ffi.h"
 #include "tf_opt_ops/xla_targets.h"
+#if TF_OPT_OPS_XLA_FFI  // else nothing: see xla_targets.h
+#include "tf_opt_ops/xla_ffi.h"
 
 namespace tf_opt_ops {
 namespace xla_targets {
@@ -181,3 +182,5 @@ std::string RegisterCpuTargets(const XLA_FFI_Api* api) {
 
 }  // namespace xla_targets
 }  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_XLA_FFI

@@ -14,9 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "tf_opt_ops/gpu_launchers.h"
 #include "tf_opt_ops/input_checks.h"
-#include "tf_opt_ops/xla_ffi.h"
 #include "tf_opt_ops/xla_gpu_copy.h"
 #include "tf_opt_ops/xla_targets.h"
+#if TF_OPT_OPS_XLA_FFI  // else nothing: see xla_targets.h
+#include "tf_opt_ops/xla_ffi.h"
 
 namespace tf_opt_ops {
 namespace xla_targets {
@@ -273,3 +274,5 @@ std::string RegisterGpuTargets(const XLA_FFI_Api* api) {
 
 }  // namespace xla_targets
 }  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_XLA_FFI

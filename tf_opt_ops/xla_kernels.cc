@@ -16,6 +16,11 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+
+#include "tf_opt_ops/build_id.h"
+#include "tf_opt_ops/xla_targets.h"
+
+#if TF_OPT_OPS_XLA_FFI  // else only the entry point, which says why (see xla_targets.h)
 #include <utility>
 #include <vector>
 
@@ -25,10 +30,8 @@
 #include "tensorflow/core/framework/kernel_def.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tf_opt_ops/build_id.h"
 #include "tf_opt_ops/input_checks.h"
 #include "tf_opt_ops/xla_ffi.h"
-#include "tf_opt_ops/xla_targets.h"
 #if __has_include("xla/hlo/builder/xla_builder.h")  // TensorFlow 2.19 on
 #include "xla/hlo/builder/xla_builder.h"
 #else
@@ -391,6 +394,8 @@ int Register(const char* build_id, std::string* error, std::string* note) {
 }  // namespace
 }  // namespace tf_opt_ops
 
+#endif  // TF_OPT_OPS_XLA_FFI
+
 // Registers the XLA kernels and custom call targets, once per process;
 // `build_id` is the build the package expects (its _build_info.py). Returns
 // the XLA devices that have kernels (1: the CPU, 2: GPUs), with a note in
@@ -404,9 +409,17 @@ extern "C" __attribute__((visibility("default"))) int TfOptOpsXlaRegister(const 
   static std::string note;
   std::lock_guard<std::mutex> lock(mu);
   if (devices <= 0) {
+#if TF_OPT_OPS_XLA_FFI
     std::string error;
     devices = tf_opt_ops::Register(build_id, &error, &note);
     if (devices < 0) note = error;
+#else
+    (void)build_id;
+    devices = -1;
+    note =
+        "this TensorFlow has no XLA FFI in its headers (xla/ffi/api/c_api.h, from TensorFlow "
+        "2.17 on), which the XLA kernels' custom calls are written against";
+#endif
   }
   std::snprintf(message, size, "%s", note.c_str());
   return devices;

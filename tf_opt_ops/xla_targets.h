@@ -26,7 +26,15 @@
 
 #include <string>
 
+// XLA's FFI, which the targets are written against, is in TensorFlow's
+// headers from 2.17 on; older versions get a library that registers nothing
+// and says why (xla_kernels.cc), and the optimizers fall back there.
+#if __has_include("xla/ffi/api/c_api.h")
 #include "xla/ffi/api/c_api.h"
+#define TF_OPT_OPS_XLA_FFI 1
+#else
+#define TF_OPT_OPS_XLA_FFI 0
+#endif
 
 namespace tf_opt_ops {
 namespace xla_targets {
@@ -38,10 +46,12 @@ constexpr char kSparseClippyAdagrad[] = "tf_opt_ops_sparse_clippy_adagrad";
 constexpr int kAdamHyperparameters = 6;
 constexpr int kClippyHyperparameters = 7;
 
+#if TF_OPT_OPS_XLA_FFI
 // Registers the targets of one platform with XLA's FFI ("Host": the CPU
 // targets; "CUDA": the GPU ones, in a CUDA build). Returns "" or what failed.
 std::string RegisterCpuTargets(const XLA_FFI_Api* api);
 std::string RegisterGpuTargets(const XLA_FFI_Api* api);
+#endif
 
 }  // namespace xla_targets
 }  // namespace tf_opt_ops
