@@ -54,8 +54,7 @@ def _train(jit, opt, steps=3):
   def step(values, indices, t):
     grad = tf.IndexedSlices(values, indices, tf.constant([200, 8]))
     if opt == "LazyAdam":
-      _core.lazy_adam(table, *slots, grad, lr=0.05, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-                      step=t)
+      _core.lazy_adam(table, *slots, grad, lr=0.05, beta_1=0.9, beta_2=0.999, epsilon=1e-7, step=t)
     else:
       _core.clippy_adagrad(table, slots[0], grad, lr=0.05, epsilon=1e-7,
                            variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
@@ -64,8 +63,8 @@ def _train(jit, opt, steps=3):
 
   for t in range(1, steps + 1):
     indices = rng.integers(0, 100, size=32)
-    args = (tf.constant(rng.normal(size=(32, 8)), tf.float32), tf.constant(indices, tf.int32),
-            tf.constant(float(t)))
+    args = (tf.constant(rng.normal(size=(32, 8)),
+                        tf.float32), tf.constant(indices, tf.int32), tf.constant(float(t)))
     step(*args)
   hlo = step.experimental_get_compiler_ir(*args)(stage="hlo") if jit else ""
   return [table.numpy(), slots[0].numpy(), slots[1].numpy()], hlo
@@ -103,8 +102,7 @@ def test_bad_index_inside_xla_names_it():
 
   @tf.function(jit_compile=True)
   def step(indices):
-    ops.sparse_lazy_adam(*tables, tf.ones((2, 2)), indices, beta_1_power=0.9,
-                         beta_2_power=0.999)
+    ops.sparse_lazy_adam(*tables, tf.ones((2, 2)), indices, beta_1_power=0.9, beta_2_power=0.999)
 
   # TensorFlow 2.17's XLA runtime reports a custom call's error as internal.
   with pytest.raises((tf.errors.InvalidArgumentError, tf.errors.InternalError),
