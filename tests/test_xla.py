@@ -217,6 +217,38 @@ def test_clippy_flags_bit_identical_with_and_without_xla(flavor, flag):
   _assert_bit_identical(_train(make, flavor, jit=True), _train(make, flavor, jit=False))
 
 
+@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad", "dense ClippyAdagrad"])
+def test_large_updates_bit_identical_with_and_without_xla(op):
+  # Large enough for every parallel loop on XLA's thread pool: the batch in
+  # several chunks of RowGroups (grouped in parallel), the summing of
+  # duplicates and the row loops over more than a thread's share, Clippy's
+  # minimum reduced across threads.
+  rows, dim, batch = 100_000, 16, 50_000
+  rng = np.random.default_rng(0)
+  init = rng.normal(size=(rows, dim)).astype(np.float32)
+  indices = rng.integers(0, rows, size=batch)
+  values = rng.normal(size=(batch, dim)).astype(np.float32)
+  results = []
+  for jit in (False, True):
+    tables = [tf.Variable(init), tf.Variable(np.full((rows, dim), 0.1, np.float32))]
+    if op == "LazyAdam":
+      tables.append(tf.Variable(np.zeros((rows, dim), np.float32)))
+
+    @tf.function(jit_compile=jit)
+    def step(g, i, tables=tables):
+      if op == "LazyAdam":
+        ops.sparse_lazy_adam(*tables, g, i, beta_1_power=0.9, beta_2_power=0.999)
+        return tf.constant(1.0)
+      if op == "ClippyAdagrad":
+        return ops.sparse_clippy_adagrad(*tables, g, i, lr=0.5)
+      return ops.clippy_adagrad(*tables, tf.math.unsorted_segment_sum(g, i, rows), lr=0.5)
+
+    scales = [step(tf.constant(values), tf.constant(indices)).numpy() for _ in range(2)]
+    results.append([t.numpy() for t in tables] + [np.array(scales)])
+  _assert_bit_identical(results[1], results[0])
+  assert results[0][-1][0] < 1.0 or op == "LazyAdam"  # Clippy clipped: the reduction counted
+
+
 def _routers(flavor):
   module = FLAVORS[flavor]
   return {
