@@ -168,17 +168,22 @@ def xla_fallback_messages():
   tf.get_logger().removeHandler(handler)
 
 
-@pytest.fixture(params=["xla_kernels", "fallback"])
+@pytest.fixture(params=["xla_kernels", "fallback", "gpu_without_xla_kernels"])
 def xla_kernels(request, monkeypatch):
-  """Both ways an update runs inside XLA: the ops' XLA kernels, and (as where a TensorFlow
-  has none) the standard-ops fallback. Yields the fallback's reason, or None."""
+  """The ways an update runs inside XLA: the ops' XLA kernels; the standard-ops fallback
+  where this TensorFlow has none (before 2.17); and the fallback for a GPU variable
+  where GPUs have none (a library built without CUDA). Yields the fallback's reason, or
+  None."""
   if request.param == "xla_kernels":
     assert _loader.xla_unavailable() is None, _loader.xla_unavailable()
     yield None
     return
-  reason = "no XLA kernels in this test"
-  monkeypatch.setattr(_loader, "_xla_unavailable", reason)
+  reason = f"{request.param} in this test"
   monkeypatch.setattr(_loader, "_xla_gpu_unavailable", reason)
+  if request.param == "fallback":
+    monkeypatch.setattr(_loader, "_xla_unavailable", reason)
+  else:
+    monkeypatch.setattr(_core, "_on_gpu", lambda var: True)
   yield reason
 
 

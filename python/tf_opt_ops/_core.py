@@ -64,11 +64,21 @@ def xla_fallback(what, var):
   """
   if not in_xla_context():
     return False
-  reason = _loader.xla_unavailable(gpu="GPU" in str(getattr(var, "device", "")).upper())
+  reason = _loader.xla_unavailable(gpu=_on_gpu(var))
   if reason is None:
     return False
   _log_fallback_once(what, reason)
   return True
+
+
+def _on_gpu(var):
+  """Whether `var` lives on a GPU (where XLA compiles for the GPU)."""
+  # A Keras 3 variable keeps its placement on the tf.Variable it wraps.
+  for candidate in (var, getattr(var, "value", None)):
+    device = getattr(candidate, "device", None)
+    if isinstance(device, str) and device:
+      return ":GPU:" in device.upper()
+  return bool(tf.config.list_logical_devices("GPU"))  # where TensorFlow places it by default
 
 
 def default_jit_compile(kwargs):
