@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(abspath $(VENV))/bin/python
 PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info
+BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info //tf_opt_ops:_tf_opt_ops_xla.so
 
 .PHONY: deps bazel venv configure build wheel wheel-all matrix test test-fast bench demo clean \
 	gpu-check-build gpu-check format lint clang-format cuda-toolchain
@@ -47,7 +47,8 @@ configure: deps
 build: deps .bazelrc
 	bazel build $(BAZEL_TARGETS)
 	$(PY) tools/stage_library.py --out $(PKG)/libs \
-	  bazel-bin/tf_opt_ops/_tf_opt_ops.so bazel-bin/tf_opt_ops/_build_info.py
+	  bazel-bin/tf_opt_ops/_tf_opt_ops.so bazel-bin/tf_opt_ops/_build_info.py \
+	  bazel-bin/tf_opt_ops/_tf_opt_ops_xla.so
 
 wheel: build
 	bazel build //:wheel

@@ -7,66 +7,27 @@
 
 #include "tf_opt_ops/clippy_adagrad_kernels.h"
 
-#include <mutex>
 #include <type_traits>
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
-#include "tf_opt_ops/cpu_row_loops.h"
+#include "tf_opt_ops/cpu_kernels.h"
 #include "tf_opt_ops/gpu_glue.h"
 #include "tf_opt_ops/kernel_registration.h"
 #include "tf_opt_ops/op_inputs.h"
 
 namespace tf_opt_ops {
-namespace {
-
-constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dense op
-
-// Clippy's two passes over `count` spans in parallel: span k covers
-// `length(k)` elements of var/accum from `offset(k)` and of the gradient
-// from `grad_offset(k)`. Returns the scale.
-template <typename T, typename G, typename Offset, typename Length, typename GradOffset>
-ComputeT<T> ClippyTwoPasses(OpKernelContext* ctx, T* var, T* accum, const G* grad, int64_t count,
-                            int64_t span, Offset offset, Length length, GradOffset grad_offset,
-                            const ClippyStep<ComputeT<T>>& step) {
-  using C = ComputeT<T>;
-  std::mutex mu;
-  C min_ratio = C(1);
-  ForEachItem(ctx, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
-              [&](int64_t begin, int64_t end) {
-                C local = C(1);
-                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
-                  local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step,
-                                         local);
-                });
-                std::lock_guard<std::mutex> lock(mu);
-                min_ratio = NanMin<C>(min_ratio, local);
-              });
-  const C scale = ClippyScale<C>(min_ratio);
-  ForEachItem(ctx, count,
-              Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
-              [&](int64_t begin, int64_t end) {
-                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
-                  ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
-                });
-              });
-  return scale;
-}
-
-}  // namespace
-
 namespace functor {
 
+// The CPU updates themselves are cpu_kernels.h's, which the XLA custom calls
+// run too.
 template <typename T>
 struct ApplyClippyAdagrad<CPUDevice, T> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& grad, Tensor* var, Tensor* accum,
                           const ClippyStep<ComputeT<T>>& step, Tensor* scale) {
-    // The dense variable as contiguous blocks, whatever its shape.
-    const int64_t n = var->NumElements();
-    const auto offset = [](int64_t k) { return k * kBlock; };
-    const auto length = [n](int64_t k) { return std::min(kBlock, n - k * kBlock); };
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
     scale->scalar<ComputeT<T>>()() =
-        ClippyTwoPasses(ctx, var->flat<T>().data(), accum->flat<T>().data(), grad.flat<T>().data(),
-                        (n + kBlock - 1) / kBlock, kBlock, offset, length, offset, step);
+        cpu::ApplyClippyAdagrad<T>(pool, var->NumElements(), grad.flat<T>().data(),
+                                   var->flat<T>().data(), accum->flat<T>().data(), step);
     return absl::OkStatus();
   }
 };
@@ -76,22 +37,10 @@ struct SparseApplyClippyAdagrad<CPUDevice, T, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* accum, const ClippyStep<ComputeT<T>>& step,
                           Tensor* scale) {
-    const int64_t num_rows = var->dim_size(0);
-    RowGroups groups;
-    TF_RETURN_IF_ERROR(GroupRows<Tindex>(ctx, indices, num_rows, &groups));
-    const int64_t dim = var->NumElements() / num_rows;  // num_rows > 0: an index is valid
-    SummedGradRows<T> grad_rows;
-    TF_RETURN_IF_ERROR(grad_rows.Init(ctx, groups, grad.flat<T>().data(), dim));
-    const int64_t* rows = groups.rows();
-    const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
-    const auto length = [dim](int64_t) { return dim; };
-    const auto grad_offset = [dim](int64_t u) { return u * dim; };
-    grad_rows.Visit([&](const auto* g) {
-      scale->scalar<ComputeT<T>>()() =
-          ClippyTwoPasses(ctx, var->flat<T>().data(), accum->flat<T>().data(), g,
-                          groups.num_unique(), dim, offset, length, grad_offset, step);
-    });
-    return absl::OkStatus();
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    return cpu::SparseApplyClippyAdagrad<T, Tindex>(
+        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+        accum->flat<T>().data(), step, scale->scalar<ComputeT<T>>().data());
   }
 };
 
@@ -169,7 +118,8 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
     Tensor* scale = nullptr;
     if constexpr (kSparse) {
       const Tensor& indices = ctx->input(8);
-      OP_REQUIRES_OK(ctx, ValidateSparseGrad(*vars.tensor(0), grad, indices));
+      OP_REQUIRES_OK(ctx,
+                     ValidateSparseGrad(vars.tensor(0)->shape(), grad.shape(), indices.shape()));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
       if (indices.NumElements() == 0) {  // nothing touched: nothing clipped
         OP_REQUIRES_OK(ctx, SetScaleToOne(ctx, scale));
@@ -178,7 +128,7 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, functor::SparseApplyClippyAdagrad<Device, T, Tindex>()(
                               ctx, indices, grad, vars.tensor(0), vars.tensor(1), step, scale));
     } else {
-      OP_REQUIRES_OK(ctx, ValidateDenseGrad(*vars.tensor(0), grad));
+      OP_REQUIRES_OK(ctx, ValidateDenseGrad(vars.tensor(0)->shape(), grad.shape()));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
       OP_REQUIRES_OK(ctx, functor::ApplyClippyAdagrad<Device, T>()(ctx, grad, vars.tensor(0),
                                                                    vars.tensor(1), step, scale));

@@ -1,15 +1,21 @@
-// The CPU kernels' loops: work split over TensorFlow's intra-op pool, one
-// prefetching loop over the touched spans of the tables, and the grouping and
-// summing of duplicate gradient rows. The per-element math they run is
+// The CPU kernels' loops: work split over a thread pool (cpu_pool.h: the
+// intra-op pool of an OpKernel, XLA's for a custom call), one prefetching loop
+// over the touched spans of the tables, and the grouping and summing of
+// duplicate gradient rows. The per-element math they run is
 // optimizer_math.h's. Why: see docs/design.md, "One training step".
 #ifndef TF_OPT_OPS_CPU_ROW_LOOPS_H_
 #define TF_OPT_OPS_CPU_ROW_LOOPS_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <utility>
 
-#include "tf_opt_ops/op_inputs.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tf_opt_ops/cpu_pool.h"
+#include "tf_opt_ops/input_checks.h"
 #include "tf_opt_ops/optimizer_math.h"
 #include "tf_opt_ops/row_groups.h"
 
@@ -20,14 +26,14 @@ namespace tf_opt_ops {
 constexpr double kInlineBytes = 1 << 20;
 
 // Runs fn(begin, end) over [0, n): inline for small work, otherwise split over
-// TensorFlow's intra-op pool with `cost` per item.
+// the pool with `cost` per item.
 template <typename F>
-void ForEachItem(OpKernelContext* ctx, int64_t n, const Eigen::TensorOpCost& cost, F&& fn) {
+void ForEachItem(const CpuPool& pool, int64_t n, const Eigen::TensorOpCost& cost, F&& fn) {
   if (n * (cost.bytes_loaded() + cost.bytes_stored()) < kInlineBytes) {
     fn(int64_t{0}, n);
     return;
   }
-  ctx->eigen_cpu_device().parallelFor(n, cost, std::forward<F>(fn));
+  pool.ParallelFor(n, cost, std::forward<F>(fn));
 }
 
 // Touched rows are scattered over tables far larger than the caches, so the
@@ -79,39 +85,44 @@ void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<T*> tables, O
   }
 }
 
-// Groups `indices` by row after checking each is in [0, num_rows), on the
-// intra-op pool for large batches.
+// Groups the `n` indices by row after checking each is in [0, num_rows), on
+// the pool for large batches.
 template <typename Tindex>
-absl::Status GroupRows(OpKernelContext* ctx, const Tensor& indices, int64_t num_rows,
+absl::Status GroupRows(const CpuPool& pool, const Tindex* indices, int64_t n, int64_t num_rows,
                        RowGroups* groups) {
-  const auto flat = indices.flat<Tindex>();
   // Per work item: RowGroups::kChunk indices read, a few passes each.
   const Eigen::TensorOpCost cost(4.0 * RowGroups::kChunk * sizeof(Tindex),
                                  2.0 * RowGroups::kChunk * sizeof(int64_t),
                                  20.0 * RowGroups::kChunk);
-  const auto parallel_for = [ctx, &cost](int64_t count, const auto& fn) {
-    ctx->eigen_cpu_device().parallelFor(count, cost, fn);
+  const auto parallel_for = [&pool, &cost](int64_t count, const auto& fn) {
+    pool.ParallelFor(count, cost, fn);
   };
-  const int64_t bad = groups->Build(flat.data(), flat.size(), num_rows, parallel_for);
-  if (bad >= 0) return IndexOutOfRange(bad, static_cast<int64_t>(flat(bad)), num_rows);
+  const int64_t bad = groups->Build(indices, n, num_rows, parallel_for);
+  if (bad >= 0) return IndexOutOfRange(bad, static_cast<int64_t>(indices[bad]), num_rows);
   return absl::OkStatus();
 }
 
 // The gradient of each unique row, as a row-major [num_unique, dim] array:
 // the caller's grad itself when there are no duplicates, otherwise the
-// duplicate-summed rows (in the compute type C) in a temporary owned here.
+// duplicate-summed rows (in the compute type C) in a temporary owned here
+// (heap memory: a custom call has no OpKernelContext to allocate from).
 template <typename T>
 class SummedGradRows {
  public:
   using C = ComputeT<T>;
 
-  absl::Status Init(OpKernelContext* ctx, const RowGroups& groups, const T* grad, int64_t dim) {
+  absl::Status Init(const CpuPool& pool, const RowGroups& groups, const T* grad, int64_t dim) {
     grad_ = grad;
-    summed_used_ = groups.has_duplicates();
-    if (!summed_used_) return absl::OkStatus();
-    TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DataTypeToEnum<C>::v(),
-                                          TensorShape({groups.num_unique(), dim}), &summed_));
-    C* out = summed_.flat<C>().data();
+    if (!groups.has_duplicates()) return absl::OkStatus();
+    // Cache-line aligned, as TensorFlow's allocator gives it; the size a
+    // multiple of 64 and not 0, as std::aligned_alloc requires.
+    const size_t bytes = static_cast<size_t>(groups.num_unique() * dim) * sizeof(C);
+    summed_.reset(static_cast<C*>(std::aligned_alloc(64, bytes / 64 * 64 + 64)));
+    if (summed_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory summing the gradient rows of duplicate indices (", bytes, " bytes)"));
+    }
+    C* out = summed_.get();
     const auto sum_groups = [&](int64_t begin, int64_t end) {
       for (int64_t u = begin; u < end; ++u) {
         C* row = out + u * dim;
@@ -124,7 +135,7 @@ class SummedGradRows {
         }
       }
     };
-    ForEachItem(ctx, groups.num_unique(),
+    ForEachItem(pool, groups.num_unique(),
                 Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim), sum_groups);
     return absl::OkStatus();
   }
@@ -132,17 +143,20 @@ class SummedGradRows {
   // Calls f(rows) with a `const T*` or `const C*` pointer to the rows.
   template <typename F>
   void Visit(F&& f) const {
-    if (summed_used_) {
-      f(summed_.flat<C>().data());
+    if (summed_ != nullptr) {
+      f(static_cast<const C*>(summed_.get()));
     } else {
       f(grad_);
     }
   }
 
  private:
+  struct Free {
+    void operator()(C* p) const { std::free(p); }
+  };
+
   const T* grad_ = nullptr;
-  bool summed_used_ = false;
-  Tensor summed_;
+  std::unique_ptr<C, Free> summed_;
 };
 
 }  // namespace tf_opt_ops

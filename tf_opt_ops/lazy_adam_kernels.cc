@@ -8,7 +8,7 @@
 #include "tf_opt_ops/lazy_adam_kernels.h"
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
-#include "tf_opt_ops/cpu_row_loops.h"
+#include "tf_opt_ops/cpu_kernels.h"
 #include "tf_opt_ops/gpu_glue.h"
 #include "tf_opt_ops/kernel_registration.h"
 #include "tf_opt_ops/op_inputs.h"
@@ -16,34 +16,16 @@
 namespace tf_opt_ops {
 namespace functor {
 
+// The CPU update itself is cpu::SparseApplyLazyAdam (cpu_kernels.h), which
+// the XLA custom call runs too.
 template <typename T, typename Tindex>
 struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step) {
-    const int64_t num_rows = var->dim_size(0);
-    RowGroups groups;
-    TF_RETURN_IF_ERROR(GroupRows<Tindex>(ctx, indices, num_rows, &groups));
-    const int64_t dim = var->NumElements() / num_rows;  // num_rows > 0: an index is valid
-    SummedGradRows<T> grad_rows;
-    TF_RETURN_IF_ERROR(grad_rows.Init(ctx, groups, grad.flat<T>().data(), dim));
-    T* var_data = var->flat<T>().data();
-    T* m_data = m->flat<T>().data();
-    T* v_data = v->flat<T>().data();
-    const int64_t* rows = groups.rows();
-    // 64-bit offsets: tables past 2^31 elements.
-    const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
-    const auto length = [dim](int64_t) { return dim; };
-    // Per row: read var, m, v, g; write var, m, v.
-    const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
-    grad_rows.Visit([&](const auto* g) {
-      ForEachItem(ctx, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
-        ForEachSpan(begin, end, {var_data, m_data, v_data}, offset, length,
-                    [&](int64_t u, int64_t o) {
-                      LazyAdamRow(var_data + o, m_data + o, v_data + o, g + u * dim, dim, step);
-                    });
-      });
-    });
-    return absl::OkStatus();
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    return cpu::SparseApplyLazyAdam<T, Tindex>(pool, CpuSparseGrad<T, Tindex>(indices, grad, *var),
+                                               var->flat<T>().data(), m->flat<T>().data(),
+                                               v->flat<T>().data(), step);
   }
 };
 
@@ -90,7 +72,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 8, "epsilon", &epsilon));
     const Tensor& grad = ctx->input(9);
     const Tensor& indices = ctx->input(10);
-    OP_REQUIRES_OK(ctx, ValidateSparseGrad(*vars.tensor(0), grad, indices));
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(vars.tensor(0)->shape(), grad.shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
     const AdamStep<C> step = MakeAdamStep<C>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
     OP_REQUIRES_OK(ctx,

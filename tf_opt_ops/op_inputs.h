@@ -27,7 +27,9 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
+#include "tf_opt_ops/cpu_kernels.h"
 #include "tf_opt_ops/huge_pages.h"
+#include "tf_opt_ops/input_checks.h"
 
 #if GOOGLE_CUDA && !defined(EIGEN_USE_GPU)
 #error "define EIGEN_USE_GPU (under GOOGLE_CUDA) before including any header"
@@ -40,11 +42,6 @@ using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::TensorShapeUtils;
 using CPUDevice = Eigen::ThreadPoolDevice;
-
-template <typename... Args>
-absl::Status InvalidArgument(const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(args...));
-}
 
 // Replaces `*tensor` with a copy of it in a new buffer of its own, on the op's
 // device (on GPU, a device-to-device copy on the op's stream): what
@@ -101,13 +98,7 @@ class LockedVariables {
       // A Var's dtype is fixed when it is created, so no lock is needed to
       // read it, and nothing is copied as T before this check.
       const tensorflow::DataType var_dtype = var->tensor()->dtype();
-      if (var_dtype != dtype) {
-        return InvalidArgument(names[k], " has dtype ", tensorflow::DataTypeString(var_dtype),
-                               " but grad has dtype ", tensorflow::DataTypeString(dtype),
-                               ": the variable, its slots and the gradient must share one dtype "
-                               "(cast the gradient, or create the slots with the variable's "
-                               "dtype).");
-      }
+      if (var_dtype != dtype) return VariableDtypeMismatch(names[k], var_dtype, dtype);
       all_copy_on_read = all_copy_on_read && var->copy_on_read_mode.load();
     }
     // The mode only ever turns on, so a variable seen in it here stays in it.
@@ -137,11 +128,8 @@ class LockedVariables {
       }
     }
     for (size_t k = 1; k < inputs.size(); ++k) {
-      if (!tensors_[0].shape().IsSameSize(tensors_[k].shape())) {
-        return InvalidArgument(names[k], " must have the shape of ", names[0], ": ", names[k], " ",
-                               tensors_[k].shape().DebugString(), " vs ", names[0], " ",
-                               tensors_[0].shape().DebugString());
-      }
+      TF_RETURN_IF_ERROR(
+          CheckSameShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape()));
     }
     if constexpr (std::is_same_v<Device, CPUDevice>) {
       if (sparse) {
@@ -192,59 +180,19 @@ class LockedVariables {
 template <typename C>
 absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* out) {
   const Tensor& t = ctx->input(input);
-  const tensorflow::DataType want = tensorflow::DataTypeToEnum<C>::v();
-  if (t.dtype() != want) {
-    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(t.dtype()),
-                           " but must be ", tensorflow::DataTypeString(want),
-                           ": hyperparameters are float64 for float64 variables and float32 "
-                           "for every other dtype.");
-  }
-  if (!TensorShapeUtils::IsScalar(t.shape())) {
-    return InvalidArgument(name, " must be a scalar, got shape ", t.shape().DebugString());
-  }
+  TF_RETURN_IF_ERROR(CheckScalar(name, t.dtype(), tensorflow::DataTypeToEnum<C>::v(), t.shape()));
   *out = t.scalar<C>()();
   return absl::OkStatus();
 }
 
-// var must be at least 1-D (its rows are what indices name); grad must be
-// [len(indices), var.shape[1:]...]; indices a vector.
-inline absl::Status ValidateSparseGrad(const Tensor& var, const Tensor& grad,
-                                       const Tensor& indices) {
-  if (!TensorShapeUtils::IsVectorOrHigher(var.shape())) {
-    return InvalidArgument("var must be at least 1-D for a sparse update, got ",
-                           var.shape().DebugString(),
-                           ": indices name rows, so use the dense op for a scalar variable.");
-  }
-  if (!TensorShapeUtils::IsVector(indices.shape())) {
-    return InvalidArgument("indices must be a vector, got shape ", indices.shape().DebugString());
-  }
-  if (grad.dims() < 1 || grad.dim_size(0) != indices.dim_size(0)) {
-    return InvalidArgument("grad must have one row per index: grad ", grad.shape().DebugString(),
-                           " vs indices ", indices.shape().DebugString());
-  }
-  bool rows_match = grad.dims() == var.dims();
-  for (int d = 1; rows_match && d < var.dims(); ++d) {
-    rows_match = grad.dim_size(d) == var.dim_size(d);
-  }
-  if (!rows_match) {
-    return InvalidArgument("grad rows must have the shape of var rows: grad ",
-                           grad.shape().DebugString(), " vs var ", var.shape().DebugString());
-  }
-  return absl::OkStatus();
-}
-
-inline absl::Status ValidateDenseGrad(const Tensor& var, const Tensor& grad) {
-  if (!var.shape().IsSameSize(grad.shape())) {
-    return InvalidArgument("grad must have the shape of var: grad ", grad.shape().DebugString(),
-                           " vs var ", var.shape().DebugString());
-  }
-  return absl::OkStatus();
-}
-
-// The error of an index outside [0, num_rows), on CPU and GPU alike.
-inline absl::Status IndexOutOfRange(int64_t position, int64_t index, int64_t num_rows) {
-  return InvalidArgument("indices[", position, "] = ", index, " is not in [0, ", num_rows,
-                         "): every index must name a row of var");
+// A sparse op's validated inputs as the CPU updates (cpu_kernels.h) take them.
+template <typename T, typename Tindex>
+cpu::SparseGrad<T, Tindex> CpuSparseGrad(const Tensor& indices, const Tensor& grad,
+                                         const Tensor& var) {
+  const int64_t num_rows = var.dim_size(0);
+  return cpu::SparseGrad<T, Tindex>{indices.flat<Tindex>().data(), indices.NumElements(),
+                                    grad.flat<T>().data(), num_rows,
+                                    num_rows > 0 ? var.NumElements() / num_rows : 0};
 }
 
 }  // namespace tf_opt_ops

@@ -2,10 +2,11 @@
 
 Each library is built for one TensorFlow minor version and lives in the wheel at
 tf_opt_ops/libs/tf<minor>/ beside its _build_info.py (the minor read from that
-record); `import tf_opt_ops` loads the one for the running TensorFlow.
+record) and the XLA kernels of its ops (_tf_opt_ops_xla.so); `import tf_opt_ops`
+loads the ones for the running TensorFlow.
 
-- Bazel's //:wheel genrule passes the sources and the one library it built:
-  `--library SO --build-info PY SOURCES...`.
+- Bazel's //:wheel genrule passes the sources and the libraries it built:
+  `--library SO --xla-library SO --build-info PY SOURCES...`.
 - `make wheel-all` builds //:wheel once per supported TensorFlow and merges
   them into the release wheel: `--merge WHEEL...`. The merged wheels must hold
   the same Python sources; their libraries are combined.
@@ -74,6 +75,9 @@ def _files_from_build(args, parser):
   files[f"{_LIBS}tf{minor}/_build_info.py"] = build_info
   with open(args.library, "rb") as f:
     files[f"{_LIBS}tf{minor}/_tf_opt_ops.so"] = f.read()
+  if args.xla_library:
+    with open(args.xla_library, "rb") as f:
+      files[f"{_LIBS}tf{minor}/_tf_opt_ops_xla.so"] = f.read()
   return files
 
 
@@ -104,6 +108,7 @@ def main():
   parser.add_argument("--merge", nargs="+", metavar="WHEEL",
                       help="wheels to combine (instead of --library/--build-info/sources)")
   parser.add_argument("--library", help="the built _tf_opt_ops.so")
+  parser.add_argument("--xla-library", help="the built _tf_opt_ops_xla.so (its XLA kernels)")
   parser.add_argument("--build-info", help="the generated _build_info.py")
   parser.add_argument("--package-root", default="python",
                       help="folder that holds the tf_opt_ops package sources")
@@ -113,7 +118,7 @@ def main():
   if os.path.basename(args.out) != expected_name:
     parser.error(f"--out {args.out}: a wheel with these tags must be named {expected_name}")
   if args.merge:
-    if args.library or args.build_info or args.sources:
+    if args.library or args.xla_library or args.build_info or args.sources:
       parser.error("--merge takes wheels only")
     files = _files_from_wheels(args.merge, parser)
   elif args.library and args.build_info and args.sources:

@@ -42,7 +42,9 @@ for minor in "${versions[@]}"; do
   bazel --noworkspace_rc --bazelrc="$rc" build //:wheel
   # Loads wherever this TensorFlow loads: no newer glibc/libstdc++ symbol versions.
   framework=("$venv"/lib/python3*/site-packages/tensorflow/libtensorflow_framework.so.2)
-  "$python" tools/symbol_versions.py bazel-bin/tf_opt_ops/_tf_opt_ops.so "${framework[0]}"
+  for library in _tf_opt_ops.so _tf_opt_ops_xla.so; do
+    "$python" tools/symbol_versions.py "bazel-bin/tf_opt_ops/$library" "${framework[0]}"
+  done
   cp -f bazel-bin/tf_opt_ops-*.whl "build/wheels/tf$minor.whl"
   echo "wheel_all: TensorFlow $minor built in $((SECONDS - start)) s"
 done

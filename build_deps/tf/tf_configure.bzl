@@ -47,6 +47,25 @@ cc_library(
     linkopts = ["-L{lib_dir}", "-l:{lib_name}"],
 )
 
+# The XLA library (_tf_opt_ops_xla.so) also links TensorFlow's C++ library,
+# where the tf2xla and XLA builder APIs live, the same way: by soname, no
+# RUNPATH (TensorFlow has loaded both before us).
+cc_library(
+    name = "libtensorflow_cc_by_soname",
+    linkopts = ["-L{lib_dir}", "-l:libtensorflow_cc.so.2"],
+)
+
+# The tf2xla headers include two third-party libraries from where the wheel
+# keeps them, without their folder.
+cc_library(
+    name = "tf_xla_header_lib",
+    includes = [
+        "include/external/farmhash_archive/src",
+        "include/external/highwayhash",
+    ],
+    deps = [":tf_header_lib"],
+)
+
 # For programs on TensorFlow's C API (serving/): they run outside Python, so
 # they find both of TensorFlow's libraries where pip installed them.
 cc_library(

@@ -7,10 +7,12 @@ class does, then calls `lazy_adam` or `clippy_adagrad` here, which pick:
 - a sparse gradient (`tf.IndexedSlices`, or values + indices): the fused sparse
   kernel, which sums duplicate indices itself;
 - a dense gradient: standard Adam, or the dense Clippy Adagrad kernel;
-- inside an XLA context, where custom ops have no kernels: the same math in
+- inside an XLA-compiled function the same ops, lowered by their XLA kernels
+  (_tf_opt_ops_xla.so) to custom calls into the same code; only where those
+  kernels are missing (`_loader.xla_unavailable()` says why) the same math in
   standard TensorFlow ops (`_standard_ops`), with a warning logged once.
 
-Why: see docs/design.md, "One training step" and "XLA fallback".
+Why: see docs/design.md, "One training step" and "XLA".
 """
 
 import numbers
@@ -19,6 +21,7 @@ import threading
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
+from tf_opt_ops import _loader
 from tf_opt_ops import _standard_ops
 from tf_opt_ops import ops
 from tf_opt_ops._convert import adam_scalars
@@ -38,15 +41,55 @@ def in_xla_context():
   return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
-def _log_fallback_once(what):
+def _log_fallback_once(what, reason):
   with _log_lock:
     if what in _logged:
       return
     _logged.add(what)
   tf.get_logger().warning(
       "tf_opt_ops: %s runs inside an XLA-compiled function, where the fused ops have no "
-      "XLA kernels; falling back to the same math in standard TensorFlow ops. Compile "
-      "the training step without jit_compile to use the fused ops.", what)
+      "XLA kernels here (%s); falling back to the same math in standard TensorFlow ops, "
+      "several times slower. Install the tf_opt_ops release wheel (or `make build`) to get "
+      "them, or compile the training step without jit_compile to use the fused ops.", what, reason)
+
+
+def xla_fallback(what, var):
+  """True (with the fallback logged once) when `what` on `var` must run in standard ops.
+
+  Inside an XLA-compiled function the fused ops run through their XLA
+  kernels, which exist for the CPU, and for GPUs in a CUDA build of the
+  library; where they are missing (no XLA library for this TensorFlow, or a
+  variable on a GPU without GPU kernels) the standard-ops fallback runs. Why: see docs/design.md,
+  "XLA".
+  """
+  if not in_xla_context():
+    return False
+  reason = _loader.xla_unavailable(gpu=_on_gpu(var))
+  if reason is None:
+    return False
+  _log_fallback_once(what, reason)
+  return True
+
+
+def _on_gpu(var):
+  """Whether `var` lives on a GPU (where XLA compiles for the GPU)."""
+  # A Keras 3 variable keeps its placement on the tf.Variable it wraps.
+  for candidate in (var, getattr(var, "value", None)):
+    device = getattr(candidate, "device", None)
+    if isinstance(device, str) and device:
+      return ":GPU:" in device.upper()
+  return bool(tf.config.list_logical_devices("GPU"))  # where TensorFlow places it by default
+
+
+def default_jit_compile(kwargs):
+  """tf_keras' `jit_compile` default for our classes, set in `kwargs` unless given.
+
+  The base class's own default (on where there is a GPU) where the fused ops
+  have XLA kernels on GPUs; off where they have none, as XLA would then run
+  the standard-ops fallback.
+  """
+  if _loader.xla_unavailable(gpu=True) is not None:
+    kwargs.setdefault("jit_compile", False)
 
 
 def is_zero(value):
@@ -106,8 +149,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
     if indices is None:
       return _standard_ops.dense_adam(var, m, v, grad, **hypers)
     return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, masked=True, **hypers)
-  if indices is not None and in_xla_context():
-    _log_fallback_once("LazyAdam")
+  if indices is not None and xla_fallback("LazyAdam", var):
     return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, **hypers)
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   if indices is not None:
@@ -149,9 +191,7 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
                 absolute_threshold=absolute_threshold)
   flags = dict(clip_accumulator_update=bool(clip_accumulator_update),
                use_standard_accumulator_update=bool(use_standard_accumulator_update))
-  if on_mesh or in_xla_context():
-    if not on_mesh:
-      _log_fallback_once("ClippyAdagrad")
+  if on_mesh or xla_fallback("ClippyAdagrad", var):
     return _assign_factor(
         clipping_factor,
         _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags, scale=scale,

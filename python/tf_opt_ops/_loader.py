@@ -1,5 +1,6 @@
 """Loads `_tf_opt_ops.so` once, turning every failure into an ImportError that says what to do."""
 
+import ctypes
 import functools
 import importlib.machinery
 import importlib.util
@@ -16,6 +17,9 @@ OP_PREFIX = "TfOptOps>"
 BUILD_ID_OP = OP_PREFIX + "BuildId"
 # The library built for the running TensorFlow (the wheel holds one per supported minor).
 LIBRARY_PATH = tf_opt_ops_sysconfig.get_library_path(tf.__version__)
+# The XLA kernels of its ops, beside it (see docs/design.md, "XLA").
+XLA_LIBRARY_NAME = "_tf_opt_ops_xla.so"
+XLA_LIBRARY_PATH = os.path.join(os.path.dirname(LIBRARY_PATH), XLA_LIBRARY_NAME)
 
 _BUILD_FROM_SOURCE = (
     "To build it for this TensorFlow from a source tree: `make build` (or `./configure.sh && "
@@ -131,7 +135,17 @@ def load_library():
     # Another path (a vendored copy) loaded the ops first: loading ours as well
     # would add nothing, and wrappers come only with newly registered ops.
     check_registered_build(registered_build_id(registered), built_id())
-    return module_from_registry(registered)
+    module = module_from_registry(registered)
+  else:
+    module = _load_op_library()
+  # Before any XLA compilation the process may run, as TensorFlow's own XLA
+  # kernels are (a later registration works too, but only this one is usual).
+  global _xla_unavailable, _xla_gpu_unavailable
+  _xla_unavailable, _xla_gpu_unavailable = _register_xla_kernels()
+  return module
+
+
+def _load_op_library():
   try:
     return tf.load_op_library(LIBRARY_PATH)
   except (tf.errors.OpError, OSError) as e:
@@ -144,3 +158,45 @@ def load_library():
     raise ImportError(
         f"tf_opt_ops: loading {LIBRARY_PATH} failed: {message.strip()}. {_BUILD_FROM_SOURCE}"
     ) from e
+
+
+_xla_unavailable = "the op library is not loaded"
+_xla_gpu_unavailable = _xla_unavailable
+
+
+def xla_unavailable(gpu=False):
+  """None when the ops have XLA kernels in this process (on GPUs with `gpu`), else why not.
+
+  `load_library` loads _tf_opt_ops_xla.so after the op library (whose ops its
+  kernels lower) and registers its kernels and custom call targets: for the
+  CPU, and for GPUs in a CUDA build. Where they are missing the optimizers run
+  their standard-ops fallback inside XLA (see `_core`).
+  """
+  load_library()
+  return _xla_gpu_unavailable if gpu else _xla_unavailable
+
+
+def _register_xla_kernels():
+  """Loads _tf_opt_ops_xla.so and registers its XLA kernels; never raises.
+
+  Returns (why the CPU has none, why GPUs have none), each None when they do.
+  """
+  if not os.path.exists(XLA_LIBRARY_PATH):
+    reason = (f"this installation has no {XLA_LIBRARY_NAME} for TensorFlow "
+              f"{tf_opt_ops_sysconfig.tf_minor(tf.__version__)} beside {LIBRARY_PATH}")
+    return reason, reason
+  try:
+    library = ctypes.CDLL(XLA_LIBRARY_PATH)
+    register = library.TfOptOpsXlaRegister
+  except (OSError, AttributeError) as e:
+    reason = f"loading {XLA_LIBRARY_PATH} failed ({str(e).strip()})"
+    return reason, reason
+  register.restype = ctypes.c_int
+  register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+  message = ctypes.create_string_buffer(4096)
+  devices = register((built_id() or "").encode(), message, len(message))
+  note = message.value.decode(errors="replace")
+  if devices < 0:
+    reason = f"{XLA_LIBRARY_PATH} did not register its XLA kernels: {note}"
+    return reason, reason
+  return None, (None if devices & 2 else note or "no XLA kernels on GPUs")

@@ -1,6 +1,7 @@
 """Benchmark: the fused ops against what users run today, and against memory bandwidth.
 
     python -m tf_opt_ops.bench [--quick] [--rounds N] [--out bench/results]
+    python -m tf_opt_ops.bench --xla     # only Keras 3 LazyAdam with and without XLA
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
@@ -8,7 +9,10 @@ median (min-max) over rounds, and ratios are taken within one run, since this
 kind of shared machine drifts by tens of percent between runs. The Clippy
 comparison with TensorFlow Recommenders runs in a `TF_USE_LEGACY_KERAS=1`
 subprocess (TFRS refuses Keras 3), with our op timed in the same rounds there.
-A whole recommender train step is `tf_opt_ops.bench_e2e`'s.
+Keras 3 LazyAdam runs in a `tf.function` without and with `jit_compile` (the
+op's XLA kernel), and with `jit_compile` as it ran before XLA kernels (the
+standard-ops fallback), all in the same rounds. A whole recommender train
+step is `tf_opt_ops.bench_e2e`'s.
 """
 
 import argparse
@@ -170,6 +174,69 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
       "fused": count_ops(fused, *steps[0]), "composite": count_ops(composite, *steps[0])
   }
   return result
+
+
+# ------------------------------------------------ Keras 3 LazyAdam in XLA
+def xla_cases(quick):
+  if quick:
+    return [AdamCase(1_000_000, 64, 16_384)]
+  return [AdamCase(1_000_000, 64, 16_384), AdamCase(1_000_000, 128, 131_072)]
+
+
+def bench_keras3_xla(case, rounds, seed=0):
+  """Keras 3 LazyAdam's apply in a tf.function: without XLA (the fused op), with
+  `jit_compile=True` (the op's XLA kernel, a custom call updating the tables in
+  place) and with `jit_compile=True` where the op has no XLA kernel (the
+  standard-ops fallback, what ran inside XLA before). Each on its own table."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import _loader  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import keras as k3_ops  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  steps = []
+  for _ in range(4):
+    rows = rng.choice(case.rows, case.batch, replace=False)
+    steps.append((tf.constant(rows.astype(np.int64)),
+                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+  shape = tf.constant([case.rows, case.dim], tf.int64)
+
+  def variant(jit_compile):
+    table = keras.Variable(tf.random.normal((case.rows, case.dim), seed=seed))
+    opt = k3_ops.LazyAdam(learning_rate=0.001)
+    opt.build([table])
+
+    @tf.function(jit_compile=jit_compile)
+    def step(indices, grad):
+      opt.apply([tf.IndexedSlices(grad, indices, shape)], [table])
+
+    return step
+
+  variants = {"fused": variant(False), "xla": variant(True)}
+  fallback = variant(True)
+  saved = _loader._xla_unavailable  # pylint: disable=protected-access
+  _loader._xla_unavailable = "the benchmark's fallback variant"  # pylint: disable=protected-access
+  try:
+    fallback(*steps[0])  # traced now: the core picks the fallback while tracing
+  finally:
+    _loader._xla_unavailable = saved  # pylint: disable=protected-access
+  variants["xla_fallback"] = fallback
+  times = time_interleaved(variants, steps, rounds)
+  return {name: summary(samples) for name, samples in times.items()}
+
+
+def render_xla(results):
+  lines = [
+      "### Keras 3 LazyAdam (float32) with and without XLA, ms per step, median (min–max)", "",
+      "| case | no XLA (fused op) | jit_compile (XLA kernel) | jit_compile, fallback "
+      "(before) | XLA kernel / fused | fallback / fused |", "|---|---|---|---|---|---|"
+  ]
+  for label, r in results.items():
+    fused = r["fused"]["median_ms"]
+    lines.append(f"| {label} | {fmt(r['fused'])} | {fmt(r['xla'])} | {fmt(r['xla_fallback'])} | "
+                 f"{r['xla']['median_ms'] / fused:.2f}× | "
+                 f"{r['xla_fallback']['median_ms'] / fused:.1f}× |")
+  return "\n".join(lines)
 
 
 # --------------------------------------------------------- Clippy (worker)
@@ -359,6 +426,8 @@ def render(report):
       ]
       lines.append(f"| {label} | " + " | ".join(cells + ratios) +
                    f" | {100 * share(r['bytes'], r['fused']['median_ms'], lim):.0f}% |")
+  if report.get("keras3_xla"):
+    lines += ["", render_xla(report["keras3_xla"])]
   lines += [
       "", f"Fixed cost of a tf.function call (one scalar assign): {fmt(report['fixed_cost'])}."
   ]
@@ -441,6 +510,8 @@ def argument_parser(description, quick_help):
 def main(argv=None):
   parser = argument_parser(__doc__, "a few cases, under 3 minutes")
   parser.add_argument("--no-clippy", action="store_true", help="skip the TFRS subprocess")
+  parser.add_argument("--xla", action="store_true",
+                      help="only Keras 3 LazyAdam with and without XLA (out/xla.md)")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (5 if args.quick else 9)
@@ -451,6 +522,22 @@ def main(argv=None):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   started = time.time()
+  if args.xla:
+    xla = {}
+    for case in xla_cases(args.quick):
+      print(f"Keras 3 LazyAdam with and without XLA, {case.label} ...", flush=True)
+      xla[case.label] = bench_keras3_xla(case, rounds)
+      gc.collect()
+    table = (f"TensorFlow {tf.__version__}, {os.cpu_count()} cores.\n\n" + render_xla(xla))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "xla.json"), "w") as f:
+      json.dump({"tf_version": tf.__version__, "keras3_xla": xla}, f, indent=1)
+    with open(os.path.join(args.out, "xla.md"), "w") as f:
+      f.write(table + "\n")
+    print()
+    print(table)
+    print(f"\nwrote {os.path.join(args.out, 'xla')}.json, .md in {time.time() - started:.0f} s")
+    return
   report = {
       "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
       "tf_version": tf.__version__, "quick": args.quick
@@ -468,6 +555,11 @@ def main(argv=None):
     report["lazy_adam"][case.label] = bench_lazy_adam(case, rounds, keras_adam)
     # The case's tables are held in reference cycles (tf.functions and their
     # captures): free them before the next case allocates its own.
+    gc.collect()
+  report["keras3_xla"] = {}
+  for case in xla_cases(args.quick):
+    print(f"Keras 3 LazyAdam with and without XLA, {case.label} ...", flush=True)
+    report["keras3_xla"][case.label] = bench_keras3_xla(case, rounds)
     gc.collect()
   if not args.no_clippy:
     print("Clippy Adagrad (TF_USE_LEGACY_KERAS=1 subprocess) ...", flush=True)

@@ -4,8 +4,10 @@ This is `tf.keras` when `TF_USE_LEGACY_KERAS=1`. `LazyAdam`'s state is that of
 `tf_keras.optimizers.Adam` (`[iteration, m0, v0, m1, v1, ...]`), and
 `ClippyAdagrad`'s that of TensorFlow Recommenders' `ClippyAdagrad`
 (`[iteration, accumulator0, clipping_factor0, ...]`), so checkpoints move both
-ways. `jit_compile` defaults to False: the fused ops have no XLA kernels (inside
-XLA the optimizers fall back to standard ops).
+ways. `jit_compile` defaults as the base class's does (on with a GPU): inside
+XLA the fused ops run through their XLA kernels. Only where this install has
+no XLA kernels for GPUs does it default to False (XLA would run the
+standard-ops fallback; see `_core.xla_fallback`).
 """
 
 import contextlib
@@ -161,7 +163,7 @@ class LazyAdam(_TfKerasMixin, keras2.optimizers.Adam):
     _core.check_amsgrad(amsgrad)
     if kwargs.pop("adaptive_epsilon", False):
       raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
-    kwargs.setdefault("jit_compile", False)
+    _core.default_jit_compile(kwargs)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
 
@@ -184,7 +186,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
                absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
                clip_accumulator_update=False, use_standard_accumulator_update=False,
                name="ClippyAdagrad", **kwargs):
-    kwargs.setdefault("jit_compile", False)
+    _core.default_jit_compile(kwargs)
     # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
     # the checks and storage are shared.
     self._init_clippy(initial_accumulator_value=initial_accumulator_value,

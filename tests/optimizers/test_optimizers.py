@@ -22,6 +22,7 @@ import tf_keras
 import optimizer_checks as checks
 import tf_opt_ops
 from tf_opt_ops import _core
+from tf_opt_ops import _loader
 from tf_opt_ops import keras as keras_optimizers
 from tf_opt_ops import legacy as legacy_optimizers
 from tf_opt_ops import tf_keras as tf_keras_optimizers
@@ -166,9 +167,31 @@ def xla_fallback_messages():
   tf.get_logger().removeHandler(handler)
 
 
-def expected_fallback_messages(opt, sparse):
-  # Dense lazy Adam is standard Adam (ResourceApplyAdam or Adam's own
-  # arithmetic), which XLA compiles: nothing falls back.
+@pytest.fixture(params=["xla_kernels", "fallback", "gpu_without_xla_kernels"])
+def xla_kernels(request, monkeypatch):
+  """The ways an update runs inside XLA: the ops' XLA kernels; the standard-ops fallback
+  where this TensorFlow has none (before 2.17); and the fallback for a GPU variable
+  where GPUs have none (a library built without CUDA). Yields the fallback's reason, or
+  None."""
+  if request.param == "xla_kernels":
+    assert _loader.xla_unavailable() is None, _loader.xla_unavailable()
+    yield None
+    return
+  reason = f"{request.param} in this test"
+  monkeypatch.setattr(_loader, "_xla_gpu_unavailable", reason)
+  if request.param == "fallback":
+    monkeypatch.setattr(_loader, "_xla_unavailable", reason)
+  else:
+    monkeypatch.setattr(_core, "_on_gpu", lambda var: True)
+  yield reason
+
+
+def expected_fallback_messages(opt, sparse, reason):
+  # With the XLA kernels nothing falls back; without them every sparse update
+  # and the dense Clippy op do. Dense lazy Adam is standard Adam
+  # (ResourceApplyAdam or Adam's own arithmetic), which XLA compiles as is.
+  if reason is None:
+    return 0
   return 0 if (opt == "LazyAdam" and not sparse) else 1
 
 
@@ -204,36 +227,44 @@ def test_sparse_in_tf_function(flavor, opt):
 
 @pytest.mark.parametrize("sparse", [True, False])
 @pytest.mark.parametrize("opt", OPTS)
-def test_xla_fallback_same_math_and_logged_once(flavor, opt, sparse, xla_fallback_messages):
+def test_inside_xla_same_math_fallback_logged_once(flavor, opt, sparse, xla_kernels,
+                                                   xla_fallback_messages):
   checks.check_against_numpy(flavor.module, opt, sparse=sparse,
                              wrap=lambda f: tf.function(f, jit_compile=True))
   messages = xla_fallback_messages()
-  assert len(messages) == expected_fallback_messages(opt, sparse)
-  assert all(opt in m for m in messages)
+  assert len(messages) == expected_fallback_messages(opt, sparse, xla_kernels)
+  assert all(opt in m and xla_kernels in m for m in messages)
 
 
 @pytest.mark.parametrize("flavor", flavors_where("jit_compile_attribute"), indirect=True)
 @pytest.mark.parametrize("sparse", [True, False])
 @pytest.mark.parametrize("opt", OPTS)
-def test_xla_fallback_via_jit_compile_attribute(flavor, opt, sparse, xla_fallback_messages):
+def test_inside_xla_via_jit_compile_attribute(flavor, opt, sparse, xla_kernels,
+                                              xla_fallback_messages):
   # tf_keras runs update_step inside tf.function(jit_compile=True) when
   # opt.jit_compile is True (its default on a GPU machine).
   checks.check_against_numpy(flavor.module, opt, sparse=sparse,
                              configure=lambda o: setattr(o, "jit_compile", True))
   messages = xla_fallback_messages()
-  assert len(messages) == expected_fallback_messages(opt, sparse)
-  assert all(opt in m for m in messages)
+  assert len(messages) == expected_fallback_messages(opt, sparse, xla_kernels)
+  assert all(opt in m and xla_kernels in m for m in messages)
 
 
 @pytest.mark.parametrize("flavor", flavors_where("jit_compile_attribute"), indirect=True)
-def test_jit_compile_defaults_to_false_even_with_a_gpu(flavor, monkeypatch):
+def test_jit_compile_defaults_as_the_base_class_where_gpus_have_xla_kernels(flavor, monkeypatch):
 
   def fake(kind=None):
     return ["fake GPU"] if kind == "GPU" else []
 
   monkeypatch.setattr(tf.config, "list_physical_devices", fake)
   monkeypatch.setattr(tf.compat.v2.config, "list_physical_devices", fake)
-  assert flavor.keras.optimizers.Adam().jit_compile  # what the base class would do here
+  assert flavor.keras.optimizers.Adam().jit_compile  # what the base class does here
+  if _loader.xla_unavailable(gpu=True) is None:  # a CUDA build: GPUs have XLA kernels
+    for opt in OPTS:
+      assert make(flavor, opt).jit_compile
+      assert make(flavor, opt, jit_compile=False).get_config()["jit_compile"] is False
+  # Where GPUs have no XLA kernels, XLA would run the standard-ops fallback: off.
+  monkeypatch.setattr(_loader, "_xla_gpu_unavailable", "no GPU kernels in this test")
   for opt in OPTS:
     optimizer = make(flavor, opt)
     assert optimizer.jit_compile is False

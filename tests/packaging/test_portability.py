@@ -1,7 +1,7 @@
 """The library loads wherever TensorFlow loads, and its wheel says so.
 
-- _tf_opt_ops.so for the running TensorFlow (in the source tree and in the
-  wheel from `make wheel`) needs
+- _tf_opt_ops.so for the running TensorFlow, and _tf_opt_ops_xla.so beside it
+  (in the source tree and in the wheel from `make wheel`), need
   no newer glibc, libstdc++ or libgcc symbol versions than TensorFlow's own
   libtensorflow_framework.so.2, read here, nor than TensorFlow 2.21's fixed
   ceilings (those of manylinux_2_27);
@@ -9,6 +9,8 @@
   its pinned import (a linker that mishandles the pins fails here);
 - no RUNPATH/RPATH, libtensorflow_framework.so.2 needed by soname: a copy of
   the library anywhere loads with tf.load_op_library after `import tensorflow`;
+  the op library needs nothing else of TensorFlow (TF Serving's C loader and
+  tensorflow-cpu load it), the XLA library TensorFlow's C++ library too;
 - the wheel is tagged as TensorFlow's wheel is, and auditwheel agrees once
   libtensorflow_framework.so.2 (TensorFlow's, not ours to ship) is excluded.
 
@@ -43,8 +45,10 @@ pytestmark = pytest.mark.slow
 
 FRAMEWORK = "libtensorflow_framework.so.2"
 PLATFORM = "manylinux_2_27_x86_64"
-# The running TensorFlow's library inside the wheel.
-WHEEL_LIBRARY = f"tf_opt_ops/libs/tf{'.'.join(tf.__version__.split('.')[:2])}/_tf_opt_ops.so"
+# The running TensorFlow's libraries inside the wheel.
+WHEEL_DIR = f"tf_opt_ops/libs/tf{'.'.join(tf.__version__.split('.')[:2])}"
+WHEEL_LIBRARY = f"{WHEEL_DIR}/_tf_opt_ops.so"
+CC_LIBRARY = "libtensorflow_cc.so.2"  # what only the XLA library needs
 # TensorFlow 2.21's libtensorflow_framework.so.2 needs GLIBC_2.27, GLIBCXX_3.4.22
 # and CXXABI_1.3.11; GCC_7.0.0 is manylinux_2_27's libgcc_s ceiling.
 CEILINGS = symbol_versions.CEILINGS
@@ -62,13 +66,16 @@ def _dynamic_section(path):
   return _run(_tool("readelf"), "-d", "--wide", path)
 
 
-@pytest.fixture(scope="module", params=["package", "wheel"])
+@pytest.fixture(scope="module", params=[("package", "ops"), ("wheel", "ops"), ("package", "xla"),
+                                        ("wheel", "xla")], ids="-".join)
 def library(request, tmp_path_factory):
-  """The .so the tests load (python/tf_opt_ops/) and the one the wheel ships."""
-  if request.param == "package":
-    return _loader.LIBRARY_PATH
+  """The .so files the tests load (python/tf_opt_ops/) and those the wheel ships."""
+  where, which = request.param
+  path = _loader.LIBRARY_PATH if which == "ops" else _loader.XLA_LIBRARY_PATH
+  if where == "package":
+    return path
   with zipfile.ZipFile(built_wheel()) as wheel:
-    return wheel.extract(WHEEL_LIBRARY, tmp_path_factory.mktemp("wheel"))
+    return wheel.extract(f"{WHEEL_DIR}/{os.path.basename(path)}", tmp_path_factory.mktemp("wheel"))
 
 
 def _framework_path():
@@ -156,6 +163,10 @@ def test_no_runpath_and_framework_needed_by_soname(library):
   needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
   assert FRAMEWORK in needed, needed
   assert all("/" not in n for n in needed), f"NEEDED by path, not soname: {needed}"
+  if os.path.basename(library) == "_tf_opt_ops.so":
+    assert CC_LIBRARY not in needed, needed  # the XLA kernels live in the other library
+  else:
+    assert CC_LIBRARY in needed, needed
 
 
 def test_a_copy_anywhere_loads_after_tensorflow(tmp_path):
@@ -215,8 +226,9 @@ def test_auditwheel_show_finds_only_tensorflow_missing():
   report = json.loads(_auditwheel("show", "--json", built_wheel()).stdout)
   # TensorFlow's library is not in the wheel, so auditwheel alone cannot say
   # more than linux_x86_64; what it needs from the system fits manylinux_2_27.
-  assert list(report["external_libs"]) == [FRAMEWORK], report["external_libs"]
-  assert report["policy_upgrades"][PLATFORM] == {"libs_to_eliminate": [FRAMEWORK]}
+  assert sorted(report["external_libs"]) == sorted([FRAMEWORK, CC_LIBRARY]), report
+  assert sorted(report["policy_upgrades"][PLATFORM]["libs_to_eliminate"]) == sorted(
+      [FRAMEWORK, CC_LIBRARY])
   glibc = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", report["sym_tag"])
   assert glibc and _version_key(".".join(glibc.groups())) <= (2, 27), report["sym_tag"]
   assert not report["unsupported_isa"]
@@ -224,14 +236,14 @@ def test_auditwheel_show_finds_only_tensorflow_missing():
 
 def test_auditwheel_accepts_manylinux_2_27_without_changing_the_library(tmp_path):
   wheel = built_wheel()
-  _auditwheel("repair", "--exclude", FRAMEWORK, "--plat", PLATFORM, "--only-plat", "-w",
-              str(tmp_path), wheel)
+  _auditwheel("repair", "--exclude", FRAMEWORK, "--exclude", CC_LIBRARY, "--plat", PLATFORM,
+              "--only-plat", "-w", str(tmp_path), wheel)
   (repaired,) = glob.glob(str(tmp_path / "*.whl"))
   assert os.path.basename(repaired) == os.path.basename(wheel)
   with zipfile.ZipFile(wheel) as ours, zipfile.ZipFile(repaired) as theirs:
     # Nothing grafted, nothing patched: the wheel was already what auditwheel makes.
     libraries = [n for n in ours.namelist() if n.endswith(".so") or ".so." in n]
-    assert WHEEL_LIBRARY in libraries, libraries
+    assert WHEEL_LIBRARY in libraries and f"{WHEEL_DIR}/_tf_opt_ops_xla.so" in libraries, libraries
     for library in libraries:
       assert ours.read(library) == theirs.read(library), library
     assert [n for n in theirs.namelist() if n.endswith(".so") or ".so." in n] == libraries

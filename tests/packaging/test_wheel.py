@@ -58,6 +58,14 @@ def test_wheel_installs_into_a_fresh_virtualenv(tmp_path):
       # g = [2, -1.5]: lr_t * m / sqrt(v) = lr * sign(g) on the first step.
       np.testing.assert_allclose(var.numpy()[2], [-0.1, 0.1], rtol=1e-5)
       assert not var.numpy()[:2].any()
+      # The XLA kernels come with the wheel: inside XLA the same op runs.
+      assert _loader.xla_unavailable() is None, _loader.xla_unavailable()
+      @tf.function(jit_compile=True)
+      def step():
+        ops.sparse_lazy_adam(var, m, v, [[1.0, 1.0]], [0], lr=0.1, beta_1_power=0.9,
+                             beta_2_power=0.999)
+      step()
+      np.testing.assert_allclose(var.numpy()[0], [-0.1, -0.1], rtol=1e-5)
       print("wheel ok", tf_opt_ops.__version__)
   """)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

@@ -158,3 +158,10 @@ def test_grouped_dlrm_runs_merge_every_contender_against_its_own_floor(monkeypat
   assert "Run as (lazy_adam, multi, composite, floor) and (adam, keras_sgd, floor)" in rendered
   assert "keras, ours: LazyAdam alone in its process" in rendered
   assert "| ours alone, examples/s (× floor) |" in rendered
+
+
+def test_xla_report_renders_every_variant():
+  timing = lambda ms: {"median_ms": ms, "min_ms": ms, "max_ms": ms}  # noqa: E731
+  table = bench.render_xla(
+      {"1,000×8, B=10": {"fused": timing(2.0), "xla": timing(2.2), "xla_fallback": timing(20.0)}})
+  assert "| 1,000×8, B=10 | 2 (2–2) | 2.2 (2.2–2.2) | 20 (20–20) | 1.10× | 10.0× |" in table

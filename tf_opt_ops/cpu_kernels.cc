@@ -1,0 +1,132 @@
+// The CPU updates of cpu_kernels.h, instantiated for every variable and index
+// type of the ops.
+#define EIGEN_USE_THREADS  // before any Eigen header: the loops run on a thread pool
+
+#include "tf_opt_ops/cpu_kernels.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "tf_opt_ops/cpu_row_loops.h"
+
+namespace tf_opt_ops {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dense Clippy op
+
+// Clippy's two passes over `count` spans in parallel: span k covers
+// `length(k)` elements of var/accum from `offset(k)` and of the gradient
+// from `grad_offset(k)`. Returns the scale.
+template <typename T, typename G, typename Offset, typename Length, typename GradOffset>
+ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, T* accum, const G* grad, int64_t count,
+                            int64_t span, Offset offset, Length length, GradOffset grad_offset,
+                            const ClippyStep<ComputeT<T>>& step) {
+  using C = ComputeT<T>;
+  std::mutex mu;
+  C min_ratio = C(1);
+  ForEachItem(pool, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
+              [&](int64_t begin, int64_t end) {
+                C local = C(1);
+                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
+                  local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step,
+                                         local);
+                });
+                std::lock_guard<std::mutex> lock(mu);
+                min_ratio = NanMin<C>(min_ratio, local);
+              });
+  const C scale = ClippyScale<C>(min_ratio);
+  ForEachItem(pool, count,
+              Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
+              [&](int64_t begin, int64_t end) {
+                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
+                  ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
+                });
+              });
+  return scale;
+}
+
+}  // namespace
+
+template <typename T, typename Tindex>
+absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
+                                 T* m, T* v, const AdamStep<ComputeT<T>>& step) {
+  RowGroups groups;
+  absl::Status status =
+      GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
+  if (!status.ok()) return status;
+  const int64_t dim = grad.row_size;
+  SummedGradRows<T> grad_rows;
+  status = grad_rows.Init(pool, groups, grad.grad, dim);
+  if (!status.ok()) return status;
+  const int64_t* rows = groups.rows();
+  // 64-bit offsets: tables past 2^31 elements.
+  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  // Per row: read var, m, v, g; write var, m, v.
+  const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
+  grad_rows.Visit([&](const auto* g) {
+    ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+      ForEachSpan(begin, end, {var, m, v}, offset, length, [&](int64_t u, int64_t o) {
+        LazyAdamRow(var + o, m + o, v + o, g + u * dim, dim, step);
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
+template <typename T>
+ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, T* accum,
+                               const ClippyStep<ComputeT<T>>& step) {
+  // The dense variable as contiguous blocks, whatever its shape.
+  const auto offset = [](int64_t k) { return k * kBlock; };
+  const auto length = [size](int64_t k) { return std::min(kBlock, size - k * kBlock); };
+  return ClippyTwoPasses(pool, var, accum, grad, (size + kBlock - 1) / kBlock, kBlock, offset,
+                         length, offset, step);
+}
+
+template <typename T, typename Tindex>
+absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                                      T* var, T* accum, const ClippyStep<ComputeT<T>>& step,
+                                      ComputeT<T>* scale) {
+  RowGroups groups;
+  absl::Status status =
+      GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
+  if (!status.ok()) return status;
+  const int64_t dim = grad.row_size;
+  SummedGradRows<T> grad_rows;
+  status = grad_rows.Init(pool, groups, grad.grad, dim);
+  if (!status.ok()) return status;
+  const int64_t* rows = groups.rows();
+  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  const auto grad_offset = [dim](int64_t u) { return u * dim; };
+  grad_rows.Visit([&](const auto* g) {
+    *scale = ClippyTwoPasses(pool, var, accum, g, groups.num_unique(), dim, offset, length,
+                             grad_offset, step);
+  });
+  return absl::OkStatus();
+}
+
+// Every variable type of the ops (half, bfloat16, float, double), with both
+// index types.
+#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, Tindex)                                               \
+  template absl::Status SparseApplyLazyAdam<T, Tindex>(                                        \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&); \
+  template absl::Status SparseApplyClippyAdagrad<T, Tindex>(                                   \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, const ClippyStep<ComputeT<T>>&,    \
+      ComputeT<T>*);
+#define TF_OPT_OPS_INSTANTIATE(T)                                                       \
+  template ComputeT<T> ApplyClippyAdagrad<T>(const CpuPool&, int64_t, const T*, T*, T*, \
+                                             const ClippyStep<ComputeT<T>>&);           \
+  TF_OPT_OPS_INSTANTIATE_SPARSE(T, int32_t)                                             \
+  TF_OPT_OPS_INSTANTIATE_SPARSE(T, int64_t)
+TF_OPT_OPS_INSTANTIATE(Eigen::half)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE(float)
+TF_OPT_OPS_INSTANTIATE(double)
+#undef TF_OPT_OPS_INSTANTIATE
+#undef TF_OPT_OPS_INSTANTIATE_SPARSE
+
+}  // namespace cpu
+}  // namespace tf_opt_ops

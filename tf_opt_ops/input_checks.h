@@ -1,0 +1,103 @@
+// The checks of the fused ops' inputs that need only shapes and dtypes, and
+// their error messages: shared by the OpKernels (op_inputs.h adds locking and
+// reading the variables) and the XLA kernels (xla_kernels.cc, which check the
+// same at compile time), so that a bad input fails with the same message with
+// and without XLA. Every check runs before any write.
+// Why: see docs/design.md, "Invariants" and "XLA".
+#ifndef TF_OPT_OPS_INPUT_CHECKS_H_
+#define TF_OPT_OPS_INPUT_CHECKS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
+
+namespace tf_opt_ops {
+
+template <typename... Args>
+absl::Status InvalidArgument(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+// A variable or slot whose dtype is not the gradient's.
+inline absl::Status VariableDtypeMismatch(const char* name, tensorflow::DataType var_dtype,
+                                          tensorflow::DataType dtype) {
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(var_dtype),
+                         " but grad has dtype ", tensorflow::DataTypeString(dtype),
+                         ": the variable, its slots and the gradient must share one dtype "
+                         "(cast the gradient, or create the slots with the variable's dtype).");
+}
+
+// A slot whose shape is not its variable's.
+inline absl::Status CheckSameShape(const char* name, const tensorflow::TensorShape& shape,
+                                   const char* first_name,
+                                   const tensorflow::TensorShape& first_shape) {
+  if (first_shape.IsSameSize(shape)) return absl::OkStatus();
+  return InvalidArgument(name, " must have the shape of ", first_name, ": ", name, " ",
+                         shape.DebugString(), " vs ", first_name, " ", first_shape.DebugString());
+}
+
+// A scalar hyperparameter: of the compute dtype `want`, rank 0.
+inline absl::Status CheckScalar(const char* name, tensorflow::DataType dtype,
+                                tensorflow::DataType want, const tensorflow::TensorShape& shape) {
+  if (dtype != want) {
+    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(dtype), " but must be ",
+                           tensorflow::DataTypeString(want),
+                           ": hyperparameters are float64 for float64 variables and float32 "
+                           "for every other dtype.");
+  }
+  if (!tensorflow::TensorShapeUtils::IsScalar(shape)) {
+    return InvalidArgument(name, " must be a scalar, got shape ", shape.DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// var must be at least 1-D (its rows are what indices name); grad must be
+// [len(indices), var.shape[1:]...]; indices a vector.
+inline absl::Status ValidateSparseGrad(const tensorflow::TensorShape& var,
+                                       const tensorflow::TensorShape& grad,
+                                       const tensorflow::TensorShape& indices) {
+  using tensorflow::TensorShapeUtils;
+  if (!TensorShapeUtils::IsVectorOrHigher(var)) {
+    return InvalidArgument("var must be at least 1-D for a sparse update, got ", var.DebugString(),
+                           ": indices name rows, so use the dense op for a scalar variable.");
+  }
+  if (!TensorShapeUtils::IsVector(indices)) {
+    return InvalidArgument("indices must be a vector, got shape ", indices.DebugString());
+  }
+  if (grad.dims() < 1 || grad.dim_size(0) != indices.dim_size(0)) {
+    return InvalidArgument("grad must have one row per index: grad ", grad.DebugString(),
+                           " vs indices ", indices.DebugString());
+  }
+  bool rows_match = grad.dims() == var.dims();
+  for (int d = 1; rows_match && d < var.dims(); ++d) {
+    rows_match = grad.dim_size(d) == var.dim_size(d);
+  }
+  if (!rows_match) {
+    return InvalidArgument("grad rows must have the shape of var rows: grad ", grad.DebugString(),
+                           " vs var ", var.DebugString());
+  }
+  return absl::OkStatus();
+}
+
+inline absl::Status ValidateDenseGrad(const tensorflow::TensorShape& var,
+                                      const tensorflow::TensorShape& grad) {
+  if (!var.IsSameSize(grad)) {
+    return InvalidArgument("grad must have the shape of var: grad ", grad.DebugString(), " vs var ",
+                           var.DebugString());
+  }
+  return absl::OkStatus();
+}
+
+// The error of an index outside [0, num_rows), on CPU and GPU, with and
+// without XLA alike.
+inline absl::Status IndexOutOfRange(int64_t position, int64_t index, int64_t num_rows) {
+  return InvalidArgument("indices[", position, "] = ", index, " is not in [0, ", num_rows,
+                         "): every index must name a row of var");
+}
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_INPUT_CHECKS_H_

@@ -1,0 +1,18 @@
+// CopyToHost (xla_gpu_copy.h): the XLA GPU targets' one copy to the host.
+#include "tf_opt_ops/xla_gpu_copy.h"
+
+#include "tf_opt_ops/gpu_kernel_util.cu.h"
+
+namespace tf_opt_ops {
+namespace gpu {
+
+int CopyToHost(void* host, const void* device, size_t bytes, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int err = BindStreamDevice(s);
+  if (err == 0) err = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s);
+  if (err == 0) err = cudaStreamSynchronize(s);
+  return err;
+}
+
+}  // namespace gpu
+}  // namespace tf_opt_ops
