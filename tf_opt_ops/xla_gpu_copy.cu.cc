@@ -7,9 +7,10 @@ namespace tf_opt_ops {
 namespace gpu {
 
 int CopyToHost(void* host, const void* device, size_t bytes, void* stream) {
+  // XLA runs a custom call with its device current, as TensorFlow runs an op
+  // (the CUDA kernels rely on the same; see gpu_kernel_util.cu.h).
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int err = BindStreamDevice(s);
-  if (err == 0) err = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s);
+  int err = cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s);
   if (err == 0) err = cudaStreamSynchronize(s);
   return err;
 }
