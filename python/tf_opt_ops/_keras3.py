@@ -1,4 +1,4 @@
-"""Keras 3 for the Keras 3 flavor's modules (`keras`, `_router_keras`).
+"""Keras 3 for the Keras 3 flavor's modules (`keras`, `routers.keras`).
 
 `from tf_opt_ops._keras3 import keras` raises ImportError on TensorFlow 2.15,
 where `keras` is Keras 2 (tf.keras itself): our Keras 3 classes cannot subclass

@@ -14,9 +14,9 @@ from tf_opt_ops import _core
 from tf_opt_ops import _hyperparameters
 from tf_opt_ops import _registry
 from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
-from tf_opt_ops._router_keras import CompositeOptimizer
-from tf_opt_ops._router_keras import MultiOptimizer
-from tf_opt_ops._router_keras import OptimizerBlocks
+from tf_opt_ops.routers.keras import CompositeOptimizer
+from tf_opt_ops.routers.keras import MultiOptimizer
+from tf_opt_ops.routers.keras import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 

@@ -20,9 +20,9 @@ from tf_opt_ops import _core
 from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
 from tf_opt_ops._convert import scalar_dtype
-from tf_opt_ops._router_legacy import CompositeOptimizer
-from tf_opt_ops._router_legacy import MultiOptimizer
-from tf_opt_ops._router_legacy import OptimizerBlocks
+from tf_opt_ops.routers.legacy import CompositeOptimizer
+from tf_opt_ops.routers.legacy import MultiOptimizer
+from tf_opt_ops.routers.legacy import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 

@@ -20,9 +20,9 @@ from tf_opt_ops import _core
 from tf_opt_ops import _keras2
 from tf_opt_ops import _restore_hints
 from tf_opt_ops import _registry
-from tf_opt_ops._router_tf_keras import CompositeOptimizer
-from tf_opt_ops._router_tf_keras import MultiOptimizer
-from tf_opt_ops._router_tf_keras import OptimizerBlocks
+from tf_opt_ops.routers.tf_keras import CompositeOptimizer
+from tf_opt_ops.routers.tf_keras import MultiOptimizer
+from tf_opt_ops.routers.tf_keras import OptimizerBlocks
 
 __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 

@@ -16,10 +16,10 @@ import common
 import tensorflow as tf
 import tf_keras
 
-from tf_opt_ops._router_rules import variable_path
-from tf_opt_ops import _router_keras
-from tf_opt_ops import _router_legacy
-from tf_opt_ops import _router_tf_keras
+from tf_opt_ops.routers.rules import variable_path
+from tf_opt_ops.routers import keras as _router_keras
+from tf_opt_ops.routers import legacy as _router_legacy
+from tf_opt_ops.routers import tf_keras as _router_tf_keras
 
 from tf_opt_ops import keras as k3_ops
 from tf_opt_ops import legacy as legacy_ops
@@ -48,7 +48,7 @@ class Flavor:
 
   def variables(self, optimizer):
     v = optimizer.variables
-    return list(v() if self.name == "legacy" else v)
+    return list(v() if callable(v) else v)  # OptimizerV2's is a method
 
   def lr(self, optimizer):
     if self.name == "legacy":
@@ -733,7 +733,10 @@ def test_tf_keras_routers_drive_both_tf_keras_apis(f, tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
   adam, adagrad, _ = router_.optimizers
   assert router_.iterations is adam.iterations and int(adagrad.iterations.numpy()) == 3
-  assert len(f.variables(router_)) == len(adam.variables()) + len(adagrad.variables)
+  rmsprop = router_.default_optimizer
+  # Every sub-optimizer's state, the default optimizer's included.
+  assert len(f.variables(router_)) == (len(adam.variables()) + len(adagrad.variables) +
+                                       len(rmsprop.variables()))
 
   path = tf.train.Checkpoint(model=model, optimizer=router_).write(str(tmp_path / "ckpt"))
   model2, router2 = make()
@@ -744,12 +747,18 @@ def test_tf_keras_routers_drive_both_tf_keras_apis(f, tmp_path):
   assert int(router2.iterations.numpy()) == 4
 
   def state(router):
-    # Slots restored on `read` are created first and named without the router's scope.
-    return {
-        re.sub(r"^MultiOptimizer/Optimizer\d+/", "", v.name): v.numpy() for v in f.variables(router)
+    # Per sub-optimizer, in checkpoint order; slots restored on `read` are created first and
+    # named without the router's scope.
+    return [{
+        re.sub(r"^MultiOptimizer/(Optimizer\d+|default_optimizer)/", "", v.name): v.numpy()
+        for v in f.variables(opt)
     }
+            for opt in router._saved_optimizers()]  # pylint: disable=protected-access
 
   before, after = state(router_), state(router2)
-  assert sorted(before) == sorted(after) and len(before) == 8  # 5 (Adam) + 3 (Adagrad)
-  for name, value in before.items():
-    np.testing.assert_allclose(value, after[name], rtol=1e-6, atol=1e-7, err_msg=name)
+  # 5 (Adam) + 3 (Adagrad) + 3 (the default RMSprop, resumed too)
+  assert [len(s) for s in before] == [len(s) for s in after] == [5, 3, 3]
+  for want, got in zip(before, after):
+    assert sorted(want) == sorted(got)
+    for name, value in want.items():
+      np.testing.assert_allclose(value, got[name], rtol=1e-6, atol=1e-7, err_msg=name)

@@ -5,14 +5,16 @@ reproduces its router and the shared `ModelContext` of its models (see that
 module). Why the routers match it: see docs/design.md, "Routers".
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 
 import merlin_standin as merlin
-from tf_opt_ops import _router_legacy
-from tf_opt_ops import _router_tf_keras
+from tf_opt_ops.routers import legacy as _router_legacy
+from tf_opt_ops.routers import tf_keras as _router_tf_keras
 
 L = tf_keras.optimizers.legacy
 FLAVORS = {"tf_keras": _router_tf_keras, "legacy": _router_legacy}
@@ -74,7 +76,8 @@ def test_every_tower_holds_every_table_through_the_shared_context():
 def test_blocks_route_like_merlin_in_a_merlin_model(name, record_property):
   data = _data(5)
   reference, model = _model(), _model()
-  merlin_router, ours = _merlin(reference), _ours(FLAVORS[name], model)
+  merlin_router = _merlin(reference)
+  ours = _ours(FLAVORS[name], model, save_default_optimizer=False)  # Merlin's layout
   _train(reference, merlin_router, data, 0, 5)
   _train(model, ours, data, 0, 5)
   diff = _max_diff(reference.get_weights(), model.get_weights())
@@ -125,7 +128,7 @@ def _checkpoint_round_trip(writer, reader, tmp_path):
 def test_checkpoints_restore_both_ways_with_merlin(name, tmp_path, record_property):
 
   def ours(model):
-    return _ours(FLAVORS[name], model)
+    return _ours(FLAVORS[name], model, save_default_optimizer=False)  # Merlin's layout
 
   diff, merlin_path = _checkpoint_round_trip(_merlin, ours, tmp_path / "from_merlin")
   record_property("merlin_to_ours_max_abs_diff", diff)
@@ -138,12 +141,12 @@ def test_checkpoints_restore_both_ways_with_merlin(name, tmp_path, record_proper
 
 
 @pytest.mark.parametrize("name", FLAVORS)
-def test_save_default_optimizer_adds_its_state_which_merlin_cannot_restore(name, tmp_path):
+def test_by_default_the_default_optimizer_is_saved_which_merlin_cannot_restore(name, tmp_path):
   module = FLAVORS[name]
 
   def ours(model):
     return module.MultiOptimizer([module.OptimizerBlocks(L.Adam(0.05), model.user_tower)],
-                                 default_optimizer=L.Adagrad(0.2), save_default_optimizer=True)
+                                 default_optimizer=L.Adagrad(0.2))
 
   data = _data(2)
   model = _model()
@@ -214,3 +217,28 @@ def test_merlin_config_block_whose_name_two_layers_share_raises(name):
   ours = FLAVORS[name].MultiOptimizer.from_config(config)
   with pytest.raises(ValueError, match="layer name 'dense'.*is ambiguous.*user_tower/"):
     _train(_model(dense_name="dense"), ours, _data(1), 0, 1)
+
+
+@pytest.mark.parametrize("name", FLAVORS)
+def test_a_merlin_checkpoint_restores_and_says_the_default_optimizer_starts_fresh(name, tmp_path):
+  # Merlin saves no state of its default optimizer: ours (which does) restores everything
+  # the checkpoint holds, then warns once, at the next step, that the default starts fresh,
+  # and goes on exactly as Merlin's own class restored from the same checkpoint.
+  data = _data(4)
+  model = _model()
+  merlin_router = _merlin(model)
+  _train(model, merlin_router, data, 0, 2)
+  path = tf.train.Checkpoint(model=model, optimizer=merlin_router).write(str(tmp_path / "ckpt"))
+  theirs_model, ours_model = _model(seed=7), _model(seed=8)
+  theirs, ours = _merlin(theirs_model), _ours(FLAVORS[name], ours_model)
+  status = tf.train.Checkpoint(model=theirs_model, optimizer=theirs).read(path)
+  tf.train.Checkpoint(model=ours_model, optimizer=ours).read(path)
+  _train(theirs_model, theirs, data, 2, 4)
+  status.assert_consumed()
+  with pytest.warns(UserWarning, match="holds no state of the default optimizer.*start fresh"):
+    _train(ours_model, ours, data, 2, 3)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # once
+    _train(ours_model, ours, data, 3, 4)
+  assert int(ours.iterations.numpy()) == int(theirs.iterations.numpy()) == 4
+  assert _max_diff(theirs_model.get_weights(), ours_model.get_weights()) < 1e-6

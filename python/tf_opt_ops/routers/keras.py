@@ -1,4 +1,4 @@
-"""The routers for Keras 3 (`keras.optimizers.Optimizer`); see `tf_opt_ops._router_base`.
+"""The routers for Keras 3 (`keras.optimizers.Optimizer`); see `tf_opt_ops.routers.core`.
 
 Keras 3's base class owns an iteration counter, so these routers keep their own
 `iterations` (one per `apply_gradients`) and always save the default
@@ -7,7 +7,7 @@ optimizer: no peer router exists for Keras 3. Why: see docs/design.md,
 """
 
 from tf_opt_ops import _registry
-from tf_opt_ops import _router_base
+from tf_opt_ops.routers import core
 from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
@@ -21,7 +21,7 @@ def _unwrap(variable):
   return variable
 
 
-class _KerasFlavor(_router_base.Flavor):
+class _KerasFlavor(core.Flavor):
   name = "Keras 3"
 
   def check_optimizer(self, optimizer, what):
@@ -71,8 +71,8 @@ class _KerasFlavor(_router_base.Flavor):
     return []
 
 
-class OptimizerBlocks(_router_base.OptimizerBlocks):
-  __doc__ = _router_base.OptimizerBlocks.__doc__
+class OptimizerBlocks(core.OptimizerBlocks):
+  __doc__ = core.OptimizerBlocks.__doc__
   _flavor = _KerasFlavor()
 
 
@@ -105,6 +105,7 @@ class _KerasRouter(keras.optimizers.Optimizer):
     grads, trainable_variables = list(grads), list(trainable_variables)
     if not grads:
       return
+    self._check_restored_default()
     if not self.built:
       self.build(trainable_variables)
     for optimizer, pairs in self._table.route(zip(grads, trainable_variables)):
@@ -133,7 +134,7 @@ class _KerasRouter(keras.optimizers.Optimizer):
     raise NotImplementedError("A router applies gradients through its sub-optimizers.")
 
 
-class CompositeOptimizer(_router_base.CompositeRouter, _KerasRouter):
+class CompositeOptimizer(core.CompositeMethods, _KerasRouter):
   """Applies a different optimizer to each group of variables (Keras 3).
 
   Args:
@@ -149,7 +150,7 @@ class CompositeOptimizer(_router_base.CompositeRouter, _KerasRouter):
     self._init_composite(optimizers_and_vars, name)
 
 
-class MultiOptimizer(_router_base.MultiRouter, _KerasRouter):
+class MultiOptimizer(core.MultiMethods, _KerasRouter):
   """Applies a different optimizer to each group of layers (Keras 3; Merlin's signature).
 
   Args:

@@ -2,7 +2,7 @@
 
 TensorFlow Recommenders' `CompositeOptimizer` and Merlin Models'
 `MultiOptimizer` are OptimizerV2 subclasses; these have their state exactly
-(see `tf_opt_ops._router_tf_keras_base` and docs/design.md, "Routers") and
+(see `tf_opt_ops.routers.tf_keras_common` and docs/design.md, "Routers") and
 take optimizers of both tf_keras APIs. Identifier strings resolve to legacy
 optimizers, as in Merlin.
 """
@@ -11,16 +11,16 @@ import tensorflow as tf
 
 from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
-from tf_opt_ops import _router_base
-from tf_opt_ops import _router_tf_keras_base as _base
+from tf_opt_ops.routers import core
+from tf_opt_ops.routers import tf_keras_common as _base
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
 keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
 
 
-class OptimizerBlocks(_router_base.OptimizerBlocks):
-  __doc__ = _router_base.OptimizerBlocks.__doc__
+class OptimizerBlocks(core.OptimizerBlocks):
+  __doc__ = core.OptimizerBlocks.__doc__
   _flavor = _base.TfKerasFlavor(legacy=True)
 
 
@@ -60,7 +60,7 @@ class _LegacyRouter(_base.PeerRouter, keras2.optimizers.legacy.Optimizer):
     raise NotImplementedError("A router applies gradients through its sub-optimizers.")
 
 
-class CompositeOptimizer(_router_base.CompositeRouter, _LegacyRouter):
+class CompositeOptimizer(core.CompositeMethods, _LegacyRouter):
   """Applies a different optimizer to each group of variables (tf_keras legacy).
 
   TensorFlow Recommenders' class: `(optimizer, callable returning variables)`
@@ -73,19 +73,23 @@ class CompositeOptimizer(_router_base.CompositeRouter, _LegacyRouter):
     self._init_composite(optimizers_and_vars, name)
 
 
-class MultiOptimizer(_router_base.MultiRouter, _LegacyRouter):
+class MultiOptimizer(core.MultiMethods, _LegacyRouter):
   """Applies a different optimizer to each group of layers (tf_keras legacy; Merlin's class).
 
   `OptimizerBlocks(optimizer, blocks)` items, optimizers as instances (either
   tf_keras API) or identifier strings (resolved to legacy optimizers),
   `default_optimizer` for every variable no block claims.
-  `save_default_optimizer=True` also saves the default optimizer's state,
-  which Merlin does not: its checkpoints then no longer restore into Merlin's
-  class with `assert_consumed()`.
+  Every sub-optimizer's state is saved, the default optimizer's included
+  (`default_optimizer`), so a resumed job continues exactly. Merlin does not
+  save the default optimizer: `save_default_optimizer=False` keeps Merlin's
+  checkpoint layout, for a checkpoint that Merlin's class must restore with
+  `assert_consumed()`. A Merlin (or older) checkpoint without that state still
+  restores into the default layout, with a warning that the default optimizer
+  starts fresh.
   """
 
   def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
-               update_optimizers_and_blocks=None, save_default_optimizer=False):
+               update_optimizers_and_blocks=None, save_default_optimizer=True):
     self._init_base(name)
     self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
                      save_default_optimizer)

@@ -1,7 +1,7 @@
 """The routers for tf_keras new optimizers (`tf_keras.optimizers.Optimizer` base).
 
 They take optimizers of both tf_keras APIs and have TFRS'/Merlin's state; see
-`tf_opt_ops._router_tf_keras_base` and docs/design.md, "Routers". Identifier
+`tf_opt_ops.routers.tf_keras_common` and docs/design.md, "Routers". Identifier
 strings resolve to new-API optimizers.
 """
 
@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
-from tf_opt_ops import _router_base
-from tf_opt_ops import _router_tf_keras_base as _base
+from tf_opt_ops.routers import core
+from tf_opt_ops.routers import tf_keras_common as _base
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
@@ -18,8 +18,8 @@ keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
 _CallableList = _keras2.src("optimizers.optimizer").CallableList
 
 
-class OptimizerBlocks(_router_base.OptimizerBlocks):
-  __doc__ = _router_base.OptimizerBlocks.__doc__
+class OptimizerBlocks(core.OptimizerBlocks):
+  __doc__ = core.OptimizerBlocks.__doc__
   _flavor = _base.TfKerasFlavor(legacy=False)
 
 
@@ -66,7 +66,7 @@ class _TfKerasRouter(_base.PeerRouter, keras2.optimizers.Optimizer):
     raise NotImplementedError("A router applies gradients through its sub-optimizers.")
 
 
-class CompositeOptimizer(_router_base.CompositeRouter, _TfKerasRouter):
+class CompositeOptimizer(core.CompositeMethods, _TfKerasRouter):
   """Applies a different optimizer to each group of variables (tf_keras).
 
   TensorFlow Recommenders' signature: `(optimizer, callable returning
@@ -80,19 +80,23 @@ class CompositeOptimizer(_router_base.CompositeRouter, _TfKerasRouter):
     self._init_composite(optimizers_and_vars, name)
 
 
-class MultiOptimizer(_router_base.MultiRouter, _TfKerasRouter):
+class MultiOptimizer(core.MultiMethods, _TfKerasRouter):
   """Applies a different optimizer to each group of layers (tf_keras; Merlin's signature).
 
   `OptimizerBlocks(optimizer, blocks)` items, optimizers as instances (either
   tf_keras API) or identifier strings, `default_optimizer` for every variable
-  no block claims. `save_default_optimizer=True` also saves the default
-  optimizer's state (`default_optimizer`), which Merlin does not: its
-  checkpoints then no longer restore into Merlin's class with
-  `assert_consumed()`.
+  no block claims.
+  Every sub-optimizer's state is saved, the default optimizer's included
+  (`default_optimizer`), so a resumed job continues exactly. Merlin does not
+  save the default optimizer: `save_default_optimizer=False` keeps Merlin's
+  checkpoint layout, for a checkpoint that Merlin's class must restore with
+  `assert_consumed()`. A Merlin (or older) checkpoint without that state still
+  restores into the default layout, with a warning that the default optimizer
+  starts fresh.
   """
 
   def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
-               update_optimizers_and_blocks=None, save_default_optimizer=False):
+               update_optimizers_and_blocks=None, save_default_optimizer=True):
     self._init_base(name)
     self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
                      save_default_optimizer)

@@ -9,6 +9,10 @@ variables, that skips Merlin's `ModelContext` (the context every tower of a
 Merlin model references, and through which every tower would otherwise own
 every embedding table). Why: see docs/design.md, "Routers".
 
+Blocks may be layers or models in any build state: nothing here reads a Keras
+property that raises before a layer is built; a layer claims the variables it
+has when the router first routes.
+
 Nothing here depends on a Keras API: the flavor object passed to `claim`
 knows how to walk a layer of its API.
 """
@@ -37,7 +41,14 @@ def is_variable(value):
 
 
 def is_layer(value):
-  return hasattr(value, "trainable_weights") or hasattr(value, "trainable_variables")
+  """True for a Keras layer or model (or a tf.Module), built or not.
+
+  Looks at the class, never at the instance's properties: `trainable_weights`
+  raises on a tf_keras model that is not built yet, `weights` on a deferred
+  layer, and `hasattr` only absorbs AttributeError.
+  """
+  cls = type(value)
+  return hasattr(cls, "trainable_weights") or hasattr(cls, "trainable_variables")
 
 
 class _Selector:
@@ -136,34 +147,56 @@ class _PatternSelector(_Selector):
     return f"pattern {self.pattern!r}"
 
   def claim(self, candidates, flavor):
-    return [
+    claimed = [
         v for v in candidates or ()
         if variable_path(v) == self.pattern or re.fullmatch(self.pattern, variable_path(v))
     ]
+    if claimed or re.escape(_unescape(self.pattern)) != self.pattern:
+      return claimed
+    # An exact path (as a config writes a variable) that names no variable: Keras 3 puts the
+    # model's name in front of a variable's path when the model builds it in its call, and
+    # not when a loaded model builds it. The one variable whose path is the same path
+    # without leading components, or with some, is that variable.
+    path = _unescape(self.pattern)
+    near = [
+        v for v in candidates or ()
+        if path.endswith("/" + variable_path(v)) or variable_path(v).endswith("/" + path)
+    ]
+    return near if len(near) == 1 else []
 
   def key(self):
     return self.pattern
 
 
+def _unescape(pattern):
+  return re.sub(r"\\(.)", r"\1", pattern)
+
+
 class LayerName:
   """A block given by a layer's name only (as written in a config): the variables under it.
 
-  Matches `(.*/)?<name>/.*` against variable paths; a name found under two
-  different parents is ambiguous and raises, rather than routing both.
+  Matches `(.*/)?<name>/.*` against variable paths, and the same for the names of
+  its sub-layers (`sublayers`, written for a layer that had no variables yet:
+  tf_keras names a nested model's variables after the innermost layer only). A
+  name found under two different parents is ambiguous and raises, rather than
+  routing both.
   """
 
-  def __init__(self, name):
+  def __init__(self, name, sublayers=()):
     self.name = name
+    self.sublayers = tuple(sublayers)
 
   def __repr__(self):
-    return f"LayerName({self.name!r})"
+    return f"LayerName({self.name!r}, sublayers={self.sublayers!r})"
 
 
 class _LayerNameSelector(_PatternSelector):
 
-  def __init__(self, name):
-    super().__init__(f"(.*/)?{re.escape(name)}/.*")
+  def __init__(self, name, sublayers=()):
+    names = [name] + [n for n in sublayers if n != name]
+    super().__init__("(.*/)?(?:" + "|".join(re.escape(n) for n in names) + ")/.*")
     self.name = name
+    self.sublayers = tuple(sublayers)
 
   def describe(self):
     return f"layer name {self.name!r} (pattern {self.pattern!r})"
@@ -174,6 +207,8 @@ class _LayerNameSelector(_PatternSelector):
       match = re.fullmatch(self.pattern, variable_path(v))
       if match:
         claimed.append(v)
+        # The parent of the outermost name in the path (a nested name's parent is its own
+        # ancestor's path, which the first match already accounts for).
         parents.add(match.group(1) or "")
     if len(parents) > 1:
       raise ValueError(
@@ -188,7 +223,7 @@ def make_selectors(blocks):
   if isinstance(blocks, str):
     return [_PatternSelector(blocks)]
   if isinstance(blocks, LayerName):
-    return [_LayerNameSelector(blocks.name)]
+    return [_LayerNameSelector(blocks.name, blocks.sublayers)]
   if is_variable(blocks):
     return [_VariableSelector(blocks)]
   if is_layer(blocks):
@@ -212,6 +247,24 @@ def is_pattern(selector):
 def layer_name_of(selector):
   """The layer name a selector routes by, if it routes by one (else None)."""
   return selector.name if isinstance(selector, _LayerNameSelector) else None
+
+
+def layer_config(selector, flavor):
+  """{"layer": name, "sublayers": [...]} for a selector that routes by layer name, or a layer
+  block whose variables do not exist yet (its sub-layers' names: see LayerName)."""
+  if isinstance(selector, _LayerNameSelector):
+    name, sublayers = selector.name, selector.sublayers
+  else:
+    name, sublayers, queue, seen = selector.layer.name, [], [selector.layer], set()
+    while queue:
+      layer = queue.pop(0)
+      if id(layer) in seen:
+        continue
+      seen.add(id(layer))
+      if layer is not selector.layer:
+        sublayers.append(layer.name)
+      queue.extend(flavor.sub_layers(layer))
+  return {"layer": name, "sublayers": list(sublayers)} if sublayers else {"layer": name}
 
 
 def is_layer_selector(selector):

@@ -1,23 +1,27 @@
-"""Keras-facing behaviour both routers share in every flavor.
+"""What both routers do in every flavor: the `Flavor` interface, `OptimizerBlocks`, and the
+Keras-facing behaviour of `CompositeOptimizer` and `MultiOptimizer`.
 
 `CompositeOptimizer` (TensorFlow Recommenders' signature) and `MultiOptimizer`
 with `OptimizerBlocks` (Merlin Models' signature) send each `(gradient,
-variable)` pair to the optimizer that claims the variable
-(`_router_rules`), through a routing table (`_router_table`). What differs
-between the Keras APIs lives in a `Flavor` object and in each flavor's module
-(`_router_keras`, `_router_tf_keras`, `_router_legacy`). Importing this module
-needs neither Keras 3 nor tf_keras. Why: see docs/design.md, "Routers".
+variable)` pair to the optimizer that claims the variable (`rules`), through a
+routing table (`table`). What differs between the Keras APIs lives in a
+`Flavor` object and in each flavor's adapter (`keras`, `tf_keras`, `legacy`).
+Importing this module needs neither Keras 3 nor tf_keras. Why: see
+docs/design.md, "Routers".
 
 Checkpoint names follow the peers: the optimizer of the i-th constructor pair
 is `Optimizer<i>`, one first given to `add()`/`update()` is
-`Optimizer<1 + number of pairs>` (Merlin's rule), and the default optimizer,
-where the flavor saves it, is `default_optimizer`.
+`Optimizer<1 + number of pairs>` (Merlin's rule), and the default optimizer is
+`default_optimizer`. Every router saves every sub-optimizer's state, the
+default optimizer's included; only `save_default_optimizer=False` (Merlin's
+layout) leaves the default optimizer's out.
 """
 
 import copy
+import warnings
 
-from tf_opt_ops import _router_rules as rules
-from tf_opt_ops import _router_table
+from tf_opt_ops.routers import rules
+from tf_opt_ops.routers import table as routing_table
 
 
 class Flavor:
@@ -32,9 +36,6 @@ class Flavor:
   # Whether the router keeps an iteration counter of its own (Keras 3), or its
   # `iterations` is the first sub-optimizer's, as in TFRS and Merlin.
   own_counter = True
-  # Whether MultiOptimizer's default optimizer is always a checkpoint dependency
-  # (Merlin's is not: a peer's checkpoint then restores into ours and back).
-  always_saves_default = True
 
   def check_optimizer(self, optimizer, what):
     raise NotImplementedError
@@ -153,10 +154,27 @@ class OptimizerBlocks:
 
 
 def _block_from_config(block):
-  return rules.LayerName(block["layer"]) if isinstance(block, dict) else block
+  if isinstance(block, dict):
+    return rules.LayerName(block["layer"], block.get("sublayers", ()))
+  return block
 
 
-class _Router:
+class RouterState:
+  """A router's own bookkeeping: a plain object, so that Keras' attribute tracking, which
+  wraps lists and dicts and makes Trackables dependencies, leaves it alone (only the
+  sub-optimizers are dependencies, under the names `_track_optimizer` gives them)."""
+
+  def __init__(self, table):
+    self.table = table
+    self.dependencies = []  # [(checkpoint name, optimizer)] in checkpoint order
+    self.pairs = []  # MultiOptimizer: the OptimizerBlocks of the constructor and add()
+    self.updates = []  # MultiOptimizer: the OptimizerBlocks of update()
+    self.saves_default = True  # whether the default optimizer's state is checkpointed
+    self.restored_names = set()  # checkpoint children looked up while restoring this router
+    self.warned_fresh_default = False
+
+
+class RouterMethods:
   """Behaviour both router kinds share (mixed in before the flavor's base class).
 
   The flavor's base class provides `_flavor`, `_blocks_class` (its
@@ -164,19 +182,17 @@ class _Router:
   """
 
   def _init_router(self, default, name, label):
-    # Kept out of attribute tracking: only the sub-optimizers are dependencies.
-    self.__dict__["_router_table"] = _router_table.RoutingTable(self._flavor, name, label, default)
-    self.__dict__["_router_dependencies"] = []  # [(name, optimizer)] in checkpoint order
+    self._routing = RouterState(routing_table.RoutingTable(self._flavor, name, label, default))
 
   @property
   def _table(self):
-    return self.__dict__["_router_table"]
+    return self._routing.table
 
   def _router_name(self):
     return self._table.owner_name
 
   def _depend_on(self, optimizer, name):
-    dependencies = self.__dict__["_router_dependencies"]
+    dependencies = self._routing.dependencies
     if any(opt is optimizer for _, opt in dependencies):
       return
     dependencies.append((name, optimizer))
@@ -185,7 +201,7 @@ class _Router:
 
   def _saved_optimizers(self):
     """The sub-optimizers that are checkpoint dependencies, in checkpoint order."""
-    return [opt for _, opt in self.__dict__["_router_dependencies"]]
+    return [opt for _, opt in self._routing.dependencies]
 
   def _first_optimizer(self):
     return self._table.optimizers()[0]
@@ -214,10 +230,10 @@ class _Router:
     """The router's own state: its iteration counter, where the flavor keeps one."""
     return [self.iterations] if self._flavor.own_counter else []
 
-  def _all_variables(self):
+  def _all_variables(self, optimizers=None):
     """The router's own state, then each saved sub-optimizer's, in checkpoint order."""
     result, seen = list(self._own_variables()), set()
-    for opt in self._saved_optimizers():
+    for opt in self._saved_optimizers() if optimizers is None else optimizers:
       for var in self._flavor.optimizer_variables(opt):
         if id(var) not in seen:
           seen.add(id(var))
@@ -234,9 +250,21 @@ class _Router:
         finalize(own)
 
   def _assign_all(self, weights):
-    """`set_weights`: the values of `variables`, in order."""
+    """`set_weights`: the values of `variables`, in order.
+
+    A model file of a router that did not save its default optimizer (Merlin's layout)
+    holds every variable but the default optimizer's: those load, and the default
+    optimizer starts fresh, with a warning.
+    """
     weights = list(weights)
     variables = self._all_variables()
+    default = self._table.default
+    if len(weights) != len(variables) and default is not None and self._routing.saves_default:
+      without_default = self._all_variables(
+          [o for o in self._saved_optimizers() if o is not default])
+      if len(weights) == len(without_default):
+        variables = without_default
+        self._warn_default_starts_fresh("the weights loaded")
     if len(weights) != len(variables):
       raise ValueError(f"{self._table.owner_label} has {len(variables)} variables; got "
                        f"{len(weights)} weights.")
@@ -246,6 +274,32 @@ class _Router:
         raise ValueError(f"Optimizer variable {variable.name} has shape {tuple(variable.shape)}, "
                          f"not that of the weight given for it, {shape}.")
       variable.assign(weight)
+
+  # Restoring a checkpoint, TensorFlow looks up each child the checkpoint holds by name, with
+  # the router's children at hand (`cached_dependencies`); tracking an attribute looks up one
+  # name without them.
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    routing = getattr(self, "_routing", None)
+    if cached_dependencies is not None and routing is not None:
+      routing.restored_names.add(name)
+    return super()._lookup_dependency(name, cached_dependencies)
+
+  def _check_restored_default(self):
+    """Warns once when a restored checkpoint held no state of the default optimizer."""
+    routing = self._routing
+    if (routing.restored_names and self._table.default is not None and routing.saves_default and
+        "default_optimizer" not in routing.restored_names):
+      self._warn_default_starts_fresh("the checkpoint restored")
+
+  def _warn_default_starts_fresh(self, what):
+    if self._routing.warned_fresh_default:
+      return
+    self._routing.warned_fresh_default = True
+    warnings.warn(
+        f"{self._table.owner_label}: {what} holds no state of the default optimizer "
+        "(a Merlin or TensorFlow Recommenders checkpoint, or one saved with "
+        "save_default_optimizer=False): the default optimizer's slots and step counter start "
+        "fresh, as they did in Merlin.", stacklevel=3)
 
   # Keras model files (`.keras`): the router stores its own counter; Keras' walk
   # over attributes saves each sub-optimizer (`optimizers`, `default_optimizer`).
@@ -284,7 +338,7 @@ class _Router:
     return config, optimizers, default, entries
 
 
-class CompositeRouter(_Router):
+class CompositeMethods(RouterMethods):
   """`CompositeOptimizer(optimizers_and_vars, name=...)`: TensorFlow Recommenders' router."""
 
   def _init_composite(self, optimizers_and_vars, name):
@@ -308,7 +362,7 @@ class CompositeRouter(_Router):
     return cls([(opt, blocks) for opt, blocks, _ in entries], name=config.get("name"))
 
 
-class MultiRouter(_Router):
+class MultiMethods(RouterMethods):
   """`MultiOptimizer(optimizers_and_blocks, default_optimizer="rmsprop", name=...)` (Merlin)."""
 
   def _init_multi(self, optimizers_and_blocks, default_optimizer, name,
@@ -318,14 +372,12 @@ class MultiRouter(_Router):
       raise ValueError("`optimizers_and_blocks` can't be empty")
     default = self._flavor.resolve(default_optimizer, "default_optimizer")
     self._init_router(default, name, f"MultiOptimizer {name!r}")
-    self.__dict__["_router_pairs"] = []
-    self.__dict__["_router_updates"] = []
-    self.__dict__["_router_saves_default"] = bool(save_default or self._flavor.always_saves_default)
+    self._routing.saves_default = bool(save_default)
     for i, item in enumerate(optimizers_and_blocks):
       self._add_blocks(item, f"optimizers_and_blocks[{i}]", is_update=False, name=f"Optimizer{i}")
     for item in update_optimizers_and_blocks or ():
       self.update(item)
-    if self.__dict__["_router_saves_default"]:
+    if self._routing.saves_default:
       self._depend_on(default, "default_optimizer")
 
   def _add_blocks(self, item, what, is_update, name=None):
@@ -336,11 +388,11 @@ class MultiRouter(_Router):
                        f"{item!r}.") from e
     optimizer = self._flavor.resolve(optimizer, f"{what}.optimizer")
     self._table.add(optimizer, blocks, is_update=is_update)
-    pairs = self.__dict__["_router_pairs"]
+    pairs = self._routing.pairs
     if name is None and not any(p.optimizer is optimizer for p in pairs):
       name = f"Optimizer{1 + len(pairs)}"
     pair = self._blocks_class(optimizer, blocks)
-    self.__dict__["_router_updates" if is_update else "_router_pairs"].append(pair)
+    (self._routing.updates if is_update else pairs).append(pair)
     if name is not None:
       self._depend_on(optimizer, name)
 
@@ -359,17 +411,17 @@ class MultiRouter(_Router):
   @property
   def optimizers_and_blocks(self):
     """The `OptimizerBlocks` of the constructor and `add()`, optimizers resolved."""
-    return list(self.__dict__["_router_pairs"])
+    return list(self._routing.pairs)
 
   @property
   def update_optimizers_and_blocks(self):
     """The `OptimizerBlocks` given to `update()`, optimizers resolved."""
-    return list(self.__dict__["_router_updates"])
+    return list(self._routing.updates)
 
   def _router_config(self):
     config = super()._router_config()
-    if self.__dict__["_router_saves_default"] and not self._flavor.always_saves_default:
-      config["save_default_optimizer"] = True
+    if not self._routing.saves_default:
+      config["save_default_optimizer"] = False
     return config
 
   @classmethod
@@ -377,7 +429,9 @@ class MultiRouter(_Router):
     if "optimizers_and_blocks" in config:
       return cls._from_merlin_config(config, custom_objects)
     config, _, default, entries = cls._split_config(config, custom_objects)
-    kwargs = {"save_default_optimizer": True} if config.get("save_default_optimizer") else {}
+    kwargs = {}
+    if config.get("save_default_optimizer") is False:
+      kwargs["save_default_optimizer"] = False
     return cls([cls._blocks_class(opt, blocks) for opt, blocks, upd in entries if not upd],
                default_optimizer=default, name=config.get("name"), update_optimizers_and_blocks=[
                    cls._blocks_class(opt, blocks) for opt, blocks, upd in entries if upd

@@ -8,7 +8,12 @@ docs/design.md, "Routers".
 import re
 import warnings
 
-from tf_opt_ops import _router_rules as rules
+from tf_opt_ops.routers import rules
+
+
+def scope_name(name):
+  """`name` as a TensorFlow name scope (and HDF5 weight name) takes it."""
+  return re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
 
 
 def optimizer_label(optimizer):
@@ -190,8 +195,7 @@ class RoutingTable:
     return per_optimizer
 
   def _scope(self, optimizer):
-    owner = re.sub(r"[^A-Za-z0-9_.\-]", "_", str(self.owner_name))
-    return f"{owner}/{self.names.get(id(optimizer), 'optimizer')}"
+    return f"{scope_name(self.owner_name)}/{self.names.get(id(optimizer), 'optimizer')}"
 
   def route(self, grads_and_vars):
     """[(optimizer, [(grad, var), ...]), ...] in `optimizers()` order; None grads dropped."""
@@ -223,7 +227,8 @@ class RoutingTable:
     Layers, variables and callables are written as the exact paths of the
     variables they claim (escaped regular expressions), so the config
     round-trips into a router for the same model (e.g. a loaded model file); a
-    layer with no variables yet is written as its name (`{"layer": name}`).
+    layer with no variables yet is written as its name and its sub-layers' names
+    (`{"layer": name, "sublayers": [...]}`: see rules.LayerName).
     """
     index = {id(opt): i for i, opt in enumerate(optimizers)}
     result = []
@@ -234,7 +239,7 @@ class RoutingTable:
           patterns.append(selector.pattern)
           continue
         if rules.layer_name_of(selector) is not None:
-          patterns.append({"layer": rules.layer_name_of(selector)})
+          patterns.append(rules.layer_config(selector, self.flavor))
           continue
         try:
           variables = selector.claim(self.candidates, self.flavor)
@@ -244,7 +249,7 @@ class RoutingTable:
               f"variables are not available yet ({e}). Build the router (or the model) first."
           ) from e
         if not variables and rules.is_layer_selector(selector):
-          patterns.append({"layer": selector.layer.name})
+          patterns.append(rules.layer_config(selector, self.flavor))
           continue
         patterns.extend(re.escape(rules.variable_path(v)) for v in variables)
       result.append(

@@ -1,20 +1,21 @@
-"""What the two tf_keras routers share (`_router_tf_keras`, `_router_legacy`).
+"""What the two tf_keras routers share (`routers.tf_keras`, `routers.legacy`).
 
 Both take optimizers of either tf_keras API (new `tf_keras.optimizers.Optimizer`
 and legacy OptimizerV2), as TensorFlow Recommenders' `CompositeOptimizer` does,
-and have the peers' state exactly: no counter of their own (`iterations` is the
-first sub-optimizer's), `variables` are the sub-optimizers', and the checkpoint
-holds only `Optimizer<i>` dependencies (plus `default_optimizer` when
-MultiOptimizer is asked to save it). A TFRS or Merlin checkpoint then restores
-into ours with `assert_consumed()` and back. Why: see docs/design.md, "Routers".
+and have the peers' state: no counter of their own (`iterations` is the first
+sub-optimizer's), `variables` are the sub-optimizers', and the checkpoint holds
+`Optimizer<i>` dependencies, plus `default_optimizer` (MultiOptimizer; Merlin's
+layout leaves it out with `save_default_optimizer=False`). A TFRS checkpoint
+restores into ours with `assert_consumed()` and back; a Merlin one restores
+into ours, the default optimizer starting fresh, and back with Merlin's layout.
+Why: see docs/design.md, "Routers".
 """
-
-import re
 
 import tensorflow as tf
 
 from tf_opt_ops import _keras2
-from tf_opt_ops import _router_base
+from tf_opt_ops.routers import core
+from tf_opt_ops.routers.table import scope_name
 
 keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
 _loss_scale = _keras2.src("mixed_precision.loss_scale_optimizer")
@@ -37,15 +38,10 @@ def _var_key(variable):
   return getattr(variable, "_unique_id", id(variable))
 
 
-def scope_name(name):
-  return re.sub(r"[^A-Za-z0-9_.\-]", "_", str(name))
-
-
-class TfKerasFlavor(_router_base.Flavor):
+class TfKerasFlavor(core.Flavor):
   """Both tf_keras optimizer APIs; `legacy` picks how identifier strings resolve."""
 
   own_counter = False
-  always_saves_default = False
 
   def __init__(self, legacy):
     self.legacy = legacy
@@ -181,6 +177,7 @@ class PeerRouter:
       optimizer.iterations = variable
 
   def _route_and_apply(self, grads_and_vars, name, aggregate):
+    self._check_restored_default()
     grads_and_vars = list(grads_and_vars)
     for optimizer, pairs in self._table.route(grads_and_vars):
       self._flavor.apply(optimizer, pairs, name, aggregate)
