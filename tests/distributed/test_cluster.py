@@ -109,10 +109,10 @@ def _state(opt):
   """
   subs = getattr(opt, "optimizers", None)
   if isinstance(subs, list):
+    prefix = r"^((CompositeOptimizer|MultiOptimizer)/)?(Optimizer\d+|default_optimizer)/"
     return {
-        f"{i}/" + re.sub(
-            r"^((CompositeOptimizer|MultiOptimizer)/)?(Optimizer\d+|default_optimizer)/", "", name): value
-        for i, sub in enumerate(subs) for name, value in _state(sub).items()
+        f"{i}/" + re.sub(prefix, "", name): value for i, sub in enumerate(subs)
+        for name, value in _state(sub).items()
     }
   variables = opt.variables() if callable(opt.variables) else opt.variables
   flat = {}  # id -> variable: legacy lists both the shards' slots and their ShardedVariable

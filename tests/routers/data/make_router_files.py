@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 
-
 SCRIPT = r"""
 import json, os, sys
 import numpy as np
