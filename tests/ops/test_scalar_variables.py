@@ -163,6 +163,7 @@ _TFRS_WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_tf_keras_flavor_matches_tfrs_on_a_scalar():
   script = _TFRS_WORKER.format(python_dir=os.path.join(ROOT, "python"), options=FLAVOR_OPTIONS,
                                grads=GRADS)

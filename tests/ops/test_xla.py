@@ -446,6 +446,7 @@ def test_dynamic_sizes_refused_with_what_to_do():
 # ----------------------------------------------------------------------------- registration
 
 
+@pytest.mark.slow
 def test_registered_after_tensorflow_compiled_with_xla():
   # TensorFlow turns its XLA op registry into kernels at its first XLA
   # compilation; kernels registered after that are registered directly.

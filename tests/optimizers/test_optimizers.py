@@ -633,6 +633,7 @@ def test_top_level_names_follow_tf_keras():
   assert tf_opt_ops.ClippyAdagrad is keras_optimizers.ClippyAdagrad
 
 
+@pytest.mark.slow
 def test_import_without_tf_keras_installed():
   code = (
       "import sys; sys.modules['tf_keras'] = None\n"  # `import tf_keras` now fails

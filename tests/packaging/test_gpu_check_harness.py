@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tf_opt_ops import reference
 
@@ -173,6 +174,7 @@ class FakeLib:
     return 0
 
 
+@pytest.mark.slow
 def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   fake = FakeLib()
   monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path, mode=0: fake)

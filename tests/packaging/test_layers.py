@@ -13,8 +13,10 @@ LAYERS = [
     {"_loader", "ops", "_convert"},
     {"_core", "_standard_ops"},
     {"_keras2", "_keras3", "_registry", "_hyperparameters", "_restore_hints"},
-    {"routers", "routers.rules", "routers.table", "routers.core", "routers.tf_keras_common",
-     "routers.keras", "routers.tf_keras", "routers.legacy"},
+    {
+        "routers", "routers.rules", "routers.table", "routers.core", "routers.tf_keras_common",
+        "routers.keras", "routers.tf_keras", "routers.legacy"
+    },
     {"keras", "tf_keras", "legacy", "__init__"},
     {"export", "server", "demo", "bench", "bench_e2e", "bench_hogwild"},
 ]
@@ -77,8 +79,7 @@ def test_imports_go_down():
 
 def test_no_import_cycles():
   graph = {
-      m: {i if _layer(i) is not None else i.rpartition(".")[0]
-          for i in imported} & set(_modules())
+      m: {i if _layer(i) is not None else i.rpartition(".")[0] for i in imported} & set(_modules())
       for m, imported in _modules().items()
   }
   state = {}

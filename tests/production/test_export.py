@@ -35,6 +35,7 @@ def test_module_tracks_each_captured_variable_and_resource_once():
   assert isinstance(scorer.layer.embeddings, keras.Variable)  # the wrapper itself is not tracked
 
 
+@pytest.mark.slow
 def test_export_with_a_table_serves_in_the_c_loader(tmp_path):
   scorer = Scorer()
   scorer.layer.embeddings.assign(np.arange(20, dtype=np.float32).reshape(10, 2))

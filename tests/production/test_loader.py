@@ -92,6 +92,7 @@ def run_python(code, cwd, env_extra=None):
                            check=False)
 
 
+@pytest.mark.slow
 def test_saved_model_names_the_missing_op_and_loads_with_the_library(tmp_path):
   save = f"""
       import sys; sys.path.insert(0, {PACKAGE_ROOT!r})
@@ -177,6 +178,7 @@ def one_step_values(result):
   return [float(x) for x in line.split()[1:]]
 
 
+@pytest.mark.slow
 def test_a_vendored_copy_loaded_first_serves_the_package(tmp_path):
   vendored = library_copy(tmp_path, "vendor")
   result = run_with_package(
@@ -193,6 +195,7 @@ def test_a_vendored_copy_loaded_first_serves_the_package(tmp_path):
   assert "Multiple OpKernel registrations" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_vendored_copy_loaded_after_the_package_adds_no_kernels(tmp_path):
   vendored = library_copy(tmp_path, "vendor")
   result = run_with_package(
@@ -210,6 +213,7 @@ def test_a_vendored_copy_loaded_after_the_package_adds_no_kernels(tmp_path):
   assert f"use tf.load_op_library('{_loader.LIBRARY_PATH}')" in result.stderr
 
 
+@pytest.mark.slow
 def test_another_build_loaded_first_is_refused_at_import(tmp_path):
   other = library_copy(tmp_path, "other", build_id="0123456789abcdef")
   result = run_with_package(
@@ -224,6 +228,7 @@ def test_another_build_loaded_first_is_refused_at_import(tmp_path):
   assert f"build {_loader.built_id()} at {_loader.LIBRARY_PATH}" in result.stderr
 
 
+@pytest.mark.slow
 def test_another_build_loaded_after_the_package_is_refused(tmp_path):
   other = library_copy(tmp_path, "other", build_id="0123456789abcdef")
   result = run_with_package(

@@ -46,6 +46,7 @@ print(json.dumps(dict(
 """
 
 
+@pytest.mark.slow
 def test_keras3_model_file_loads_with_its_router_state():
   # In a fresh process, as a model file is loaded: the routing config names variable paths,
   # which start with the model's name (`sequential`), as Keras 3 named it when it was saved.

@@ -154,15 +154,18 @@ class _PatternSelector(_Selector):
     if claimed or re.escape(_unescape(self.pattern)) != self.pattern:
       return claimed
     # An exact path (as a config writes a variable) that names no variable: Keras 3 puts the
-    # model's name in front of a variable's path when the model builds it in its call, and
-    # not when a loaded model builds it. The one variable whose path is the same path
-    # without leading components, or with some, is that variable.
+    # model's name in front of a variable's path when the model builds it in its call (and
+    # not when a loaded model builds it), and numbers the names of models made in one
+    # process (`sequential`, `sequential_1`, ...). The one variable whose path is the same
+    # but for leading components, or but for the first one, is that variable.
     path = _unescape(self.pattern)
-    near = [
-        v for v in candidates or ()
-        if path.endswith("/" + variable_path(v)) or variable_path(v).endswith("/" + path)
-    ]
-    return near if len(near) == 1 else []
+
+    def near(other):
+      return (path.endswith("/" + other) or other.endswith("/" + path) or
+              ("/" in path and "/" in other and path.split("/", 1)[1] == other.split("/", 1)[1]))
+
+    found = [v for v in candidates or () if near(variable_path(v))]
+    return found if len(found) == 1 else []
 
   def key(self):
     return self.pattern
