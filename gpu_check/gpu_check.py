@@ -672,8 +672,8 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
         f"{'  (zipf 1.2 rows)' if kind == 'zipf' else ''}", flush=True)
 
 
-# The performance targets (docs/design.md, "GPU boundary") are set at 1M rows x 128,
-# batch 131072.
+# The performance goals (docs/building.md, "For GPU": the GPU check) are set at 1M rows x
+# 128, batch 131072.
 TARGET_SIZE = (1 << 20, 128, 131072)
 
 

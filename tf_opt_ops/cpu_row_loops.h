@@ -39,10 +39,10 @@ void ForEachItem(const CpuPool& pool, int64_t n, const Eigen::TensorOpCost& cost
 // Touched rows are scattered over tables far larger than the caches, so the
 // hardware prefetcher cannot guess the next one: the span loop asks for the
 // spans kAhead ahead while it works on the current one. The distance grows as
-// spans narrow, so that about as many cache lines are in flight: 64-byte rows
-// (16 floats) run ~1.3x faster at 16 ahead than at 6, while from 256-byte
-// rows on 4 to 16 ahead measure the same. A compile-time distance: one read
-// at run time cost more than it saved.
+// spans narrow, so that about as many cache lines are in flight (narrow rows
+// gain from a longer distance, wide ones do not). A compile-time distance: one
+// read at run time cost more than it saved. The measurements: docs/benchmarks.md,
+// "Measurements behind the design".
 constexpr int64_t kPrefetchSpansNarrow = 16;  // spans of <= 64 bytes per table
 constexpr int64_t kPrefetchSpansMedium = 8;   // spans of <= 128 bytes per table
 constexpr int64_t kPrefetchSpans = 6;         // wider spans

@@ -255,8 +255,8 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, T* accum, C g, C scale,
 // each ratio are computed in a plain loop first, so the divide and the
 // delta == 0 select are vector operations too. (GCC will not vectorize a
 // floating-point min reduction without fast-math, and with the lanes as
-// arrays it left the loop scalar, or with a masked store and reload: ~10x
-// slower than pass 2.) The NaN flag is kept apart, as NaN must win. Device
+// arrays it left the loop scalar, or with a masked store and reload, many
+// times slower than pass 2.) The NaN flag is kept apart, as NaN must win. Device
 // code (which has no use for this row loop) gets the plain loop alone.
 template <bool kStandardUpdate, typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
