@@ -9,8 +9,8 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info //tf_opt_ops:_tf_opt_ops_xla.so
 
-.PHONY: deps bazel venv configure build wheel wheel-all matrix test test-fast bench demo clean \
-	gpu-check-build gpu-check format lint clang-format cuda-toolchain
+.PHONY: deps bazel venv configure build wheel wheel-all matrix peer-tests test test-fast bench \
+	demo clean gpu-check-build gpu-check format lint clang-format cuda-toolchain
 
 # The CUDA toolchain ("CUDA toolchain" below) on x86_64, the platform of the wheels it is
 # made of; configure.sh runs once it is there.
@@ -78,6 +78,14 @@ wheel-all: deps
 
 matrix:
 	tools/matrix.sh $(TF_VERSIONS)
+
+# The real peers (TF Addons 0.23.0, Merlin Models 23.12.0) on TensorFlow 2.21: their own test
+# files against our classes, and our routers inside Merlin's models (tests/peers/). The peers
+# do not import under TF 2.21 by themselves: $TF_OPT_OPS_PEERS_DIR (default /work/shared/peers)
+# holds install.sh and peer_shim.py for that. tools/peer_tests.sh makes .venvs/peers once
+# (requirements-dev.txt, then install.sh) and runs the suite there on the built source tree.
+peer-tests: build
+	tools/peer_tests.sh
 
 # Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
 # and runs ruff (ruff.toml). CI runs `make lint`.

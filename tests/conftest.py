@@ -4,7 +4,8 @@ Layout (one folder per layer of docs/design.md): ops/ (the kernels through the r
 optimizers/ (each Keras flavor), routers/, distributed/ (strategies and clusters),
 production/ (loader, SavedModel, serving, retraining), packaging/ (wheel, portability, the
 CUDA build), programs/ (demo, benchmarks), docs/ (README and guide). matrix/ is a suite of
-its own for the installed wheel on each TensorFlow version (`make matrix`).
+its own for the installed wheel on each TensorFlow version (`make matrix`), peers/ one for
+the real TF Addons and Merlin Models in a venv of their own (`make peer-tests`).
 
 Markers: `slow` (tens of seconds or more, or needs the wheel from `make wheel`) and
 `cluster` (starts TensorFlow server processes); `make test-fast` leaves both out.
@@ -21,8 +22,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(TESTS_DIR), "python"))
 
 import common  # noqa: E402  (after the path above)
 
-# tests/matrix refuses the source tree this file puts on sys.path: not part of this suite.
-collect_ignore = ["matrix"]
+# tests/matrix refuses the source tree this file puts on sys.path, and tests/peers needs the
+# peers' own venv (`make peer-tests`): suites of their own, not part of this one.
+collect_ignore = ["matrix", "peers"]
 
 
 def pytest_configure(config):

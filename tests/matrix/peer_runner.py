@@ -108,7 +108,8 @@ def run(test_files, variants, workdir, preamble="", env=None, timeout=900):
   """{label: Outcomes} of `test_files` ({name: source text}) for "theirs" and each variant.
 
   `variants`: {label: {peer module: {attribute: "tf_opt_ops.module.Class"}}};
-  `preamble`: code for the conftest (e.g. importing the peer's own conftest fixtures).
+  `preamble`: code for the conftest (e.g. importing the peer's own conftest fixtures);
+  `env`: variables for the pytest processes (PYTHONPATH is removed unless `env` sets it).
   """
   os.makedirs(workdir, exist_ok=True)
   for name, text in test_files.items():
@@ -125,7 +126,8 @@ def run(test_files, variants, workdir, preamble="", env=None, timeout=900):
     report = os.path.join(workdir, f"swapped_{label}.txt")
     full_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PEER_SWAPS=json.dumps(swaps),
                     PEER_SWAP_REPORT=report, **(env or {}))
-    full_env.pop("PYTHONPATH", None)
+    if "PYTHONPATH" not in (env or {}):  # the matrix suite: the installed wheel only
+      full_env.pop("PYTHONPATH", None)
     proc = subprocess.run([
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
         *sorted(test_files)
