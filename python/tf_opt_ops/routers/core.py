@@ -442,8 +442,11 @@ class MultiMethods(RouterMethods):
     """Merlin Models' `MultiOptimizer.get_config()` (`merlin.models>MultiOptimizer` files).
 
     Merlin writes each block as a serialized layer; a loaded model has its own
-    layers, so a block becomes the variables under a layer of that name. One
-    that claims no variable at the first step raises (the table's check).
+    layers, so a block becomes the variables under a layer of that name (for a
+    block written without one, a SequentialBlock, under its layers' names). One
+    that claims no variable at the first step raises (the table's check), where
+    Merlin's own `from_config` makes new layers that hold no variable and sends
+    the block's variables to the default optimizer.
     """
     config = copy.deepcopy(dict(config))
     flavor = cls._flavor
@@ -453,6 +456,16 @@ class MultiMethods(RouterMethods):
         serialized = {k: v for k, v in serialized.items() if k != "use_legacy_optimizer"}
       return flavor.deserialize(serialized, custom_objects)
 
+    def layer_names(block):
+      # A named layer, or (Merlin's SequentialBlock writes no name, only its layers
+      # under "0", "1", ...) the names of the named layers inside it.
+      layer = block.get("config") if isinstance(block, dict) else None
+      if not isinstance(layer, dict):
+        return []
+      if layer.get("name"):
+        return [layer["name"]]
+      return [n for sub in layer.values() if isinstance(sub, dict) for n in layer_names(sub)]
+
     def blocks(serialized_blocks):
       if isinstance(serialized_blocks, (dict, str)):
         serialized_blocks = [serialized_blocks]
@@ -461,10 +474,13 @@ class MultiMethods(RouterMethods):
         if isinstance(block, str):
           patterns.append(block)
           continue
-        name = block.get("config", {}).get("name") if isinstance(block, dict) else None
-        if not name:
-          raise ValueError(f"Cannot route the Merlin block {block!r}: it has no layer name.")
-        patterns.append(rules.LayerName(name))
+        names = layer_names(block)
+        if not names:
+          raise ValueError(
+              f"Cannot route the Merlin block {block!r}: neither it nor a layer inside it has a "
+              "name. Build the router from the model's layers instead (OptimizerBlocks(optimizer, "
+              "layer)), or route with a pattern over variable paths.")
+        patterns.append(rules.LayerName(names[0], names))
       return patterns
 
     def pairs(key):

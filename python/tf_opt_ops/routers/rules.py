@@ -205,10 +205,19 @@ class _LayerNameSelector(_PatternSelector):
     return f"layer name {self.name!r} (pattern {self.pattern!r})"
 
   def claim(self, candidates, flavor):
-    claimed, parents = [], set()
+    claimed, parents, paths = [], set(), set()
     for v in candidates or ():
-      match = re.fullmatch(self.pattern, variable_path(v))
+      path = variable_path(v)
+      match = re.fullmatch(self.pattern, path)
       if match:
+        if path in paths:
+          # tf_keras names a nested model's variables after the innermost layer only, so
+          # two towers' "dense" layers both hold "dense/kernel".
+          raise ValueError(
+              f"The block {self.describe()} is ambiguous: two variables it matches are both "
+              f"named {path!r} (layers of that name in two nested models). Give the layers "
+              "unique names, or build the router from the layers themselves.")
+        paths.add(path)
         claimed.append(v)
         # The parent of the outermost name in the path (a nested name's parent is its own
         # ancestor's path, which the first match already accounts for).
