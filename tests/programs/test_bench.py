@@ -50,6 +50,47 @@ def test_report_renders_every_case():
   assert "| 1,000×8, B=10 | 1 (0.9–1.2) | 6 (5–7) | — | 6.0× | — | 100% | 10 / 30 |" in table
 
 
+def test_keras3_composite_baseline_trains_as_our_lazy_adam():
+  import keras  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import keras as k3_ops  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(1)
+  init = rng.standard_normal((50, 8)).astype(np.float32)
+  tables = [keras.Variable(init), keras.Variable(init)]
+  optimizers = [
+      k3_ops.LazyAdam(learning_rate=0.01),
+      bench.keras3_composite_lazy_adam(learning_rate=0.01)
+  ]
+  case = bench.AdamCase(50, 8, 30)
+  steps = [bench._apply_gradients_step(o, t, case) for o, t in zip(optimizers, tables)]  # pylint: disable=protected-access
+  for _ in range(3):
+    indices = tf.constant(rng.integers(0, 50, 30))  # with duplicates
+    grad = tf.constant(rng.standard_normal((30, 8)).astype(np.float32))
+    for step in steps:
+      step(indices, grad)
+  assert int(optimizers[1].iterations.numpy()) == 3
+  assert not np.array_equal(tables[1].numpy(), init)
+  np.testing.assert_allclose(tables[1].numpy(), tables[0].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_optimizer_level_table_renders_ours_against_the_composite_and_the_raw_op():
+  timing = lambda ms: {"median_ms": ms, "min_ms": ms, "max_ms": ms}  # noqa: E731
+  case = {
+      "fused": timing(1.0), "composite": timing(6.0), "keras3_ours": timing(2.0),
+      "keras3_composite": timing(8.0), "bytes": 40_000_000, "ops": {"fused": 10, "composite": 30}
+  }
+  report = {
+      "machine": "test", "tf_version": tf.__version__,
+      "bandwidth": {"1": {"median_gbs": 20.0}, "2": {"median_gbs": 40.0}},
+      "lazy_adam": {"1,000,000×64, B=16,384": case}
+  }
+  table = bench.render(report)
+  assert "| 1,000,000×64, B=16,384 | 2 (2–2) | 8 (8–8) | 4.00× | 50% | 100% | 2.00× |" in table
+  assert "Fixed cost" not in table
+  assert bench.optimizer_level(bench.AdamCase(1_000_000, 64, 16_384))
+  assert not bench.optimizer_level(bench.AdamCase(100_000, 64, 16_384))
+
+
 def _update_graph_op_types(optimizer, variables, grads):
   optimizer.build(variables)
 
