@@ -91,13 +91,8 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
 
   explicit ClippyAdagradOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_accumulator_update", &clip_accumulator_update_));
-    OP_REQUIRES_OK(
-        ctx, ctx->GetAttr("use_standard_accumulator_update", &use_standard_accumulator_update_));
-    OP_REQUIRES(
-        ctx, !(clip_accumulator_update_ && use_standard_accumulator_update_),
-        InvalidArgument("clip_accumulator_update and use_standard_accumulator_update cannot both "
-                        "be true: set at most one of them."));
+    OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
+                                                        &use_standard_accumulator_update_));
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {

@@ -46,19 +46,26 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, T* accum, const G* grad
   return scale;
 }
 
+// The unique rows of a sparse gradient and each one's summed gradient row.
+template <typename T, typename Tindex>
+absl::Status GroupAndSumRows(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                             RowGroups* groups, SummedGradRows<T>* grad_rows) {
+  absl::Status status =
+      GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, groups);
+  if (!status.ok()) return status;
+  return grad_rows->Init(pool, *groups, grad.grad, grad.row_size);
+}
+
 }  // namespace
 
 template <typename T, typename Tindex>
 absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
                                  T* m, T* v, const AdamStep<ComputeT<T>>& step) {
   RowGroups groups;
-  absl::Status status =
-      GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
+  SummedGradRows<T> grad_rows;
+  absl::Status status = GroupAndSumRows(pool, grad, &groups, &grad_rows);
   if (!status.ok()) return status;
   const int64_t dim = grad.row_size;
-  SummedGradRows<T> grad_rows;
-  status = grad_rows.Init(pool, groups, grad.grad, dim);
-  if (!status.ok()) return status;
   const int64_t* rows = groups.rows();
   // 64-bit offsets: tables past 2^31 elements.
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
@@ -90,13 +97,10 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
                                       T* var, T* accum, const ClippyStep<ComputeT<T>>& step,
                                       ComputeT<T>* scale) {
   RowGroups groups;
-  absl::Status status =
-      GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
+  SummedGradRows<T> grad_rows;
+  absl::Status status = GroupAndSumRows(pool, grad, &groups, &grad_rows);
   if (!status.ok()) return status;
   const int64_t dim = grad.row_size;
-  SummedGradRows<T> grad_rows;
-  status = grad_rows.Init(pool, groups, grad.grad, dim);
-  if (!status.ok()) return status;
   const int64_t* rows = groups.rows();
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };

@@ -98,6 +98,24 @@ inline absl::Status IndexOutOfRange(int64_t position, int64_t index, int64_t num
                          "): every index must name a row of var");
 }
 
+// Clippy Adagrad's accumulator-update attributes, read and checked alike by the
+// OpKernel and the XLA kernel. `Ctx` is an OpKernelConstruction (a template, so
+// that this header needs no OpKernel header).
+template <typename Ctx>
+absl::Status GetClippyAccumulatorUpdateAttrs(Ctx* ctx, bool* clip_accumulator_update,
+                                             bool* use_standard_accumulator_update) {
+  absl::Status status = ctx->GetAttr("clip_accumulator_update", clip_accumulator_update);
+  if (!status.ok()) return status;
+  status = ctx->GetAttr("use_standard_accumulator_update", use_standard_accumulator_update);
+  if (!status.ok()) return status;
+  if (*clip_accumulator_update && *use_standard_accumulator_update) {
+    return InvalidArgument(
+        "clip_accumulator_update and use_standard_accumulator_update cannot both be true: set "
+        "at most one of them.");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tf_opt_ops
 
 #endif  // TF_OPT_OPS_INPUT_CHECKS_H_

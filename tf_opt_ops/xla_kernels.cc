@@ -221,13 +221,8 @@ class ClippyAdagradXla : public tensorflow::XlaOpKernel {
  public:
   explicit ClippyAdagradXla(tensorflow::OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_accumulator_update", &clip_accumulator_update_));
-    OP_REQUIRES_OK(
-        ctx, ctx->GetAttr("use_standard_accumulator_update", &use_standard_accumulator_update_));
-    OP_REQUIRES(
-        ctx, !(clip_accumulator_update_ && use_standard_accumulator_update_),
-        InvalidArgument("clip_accumulator_update and use_standard_accumulator_update cannot both "
-                        "be true: set at most one of them."));
+    OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
+                                                        &use_standard_accumulator_update_));
   }
 
   void Compile(XlaOpKernelContext* ctx) override {

@@ -185,3 +185,26 @@ def git_show(git_dir, revision_path):
   proc = subprocess.run(["git", f"--git-dir={git_dir}", "show", revision_path], capture_output=True,
                         text=True)
   return proc.stdout if proc.returncode == 0 else None
+
+
+# TF Addons' lazy_adam_test.py, which its wheel does not ship: read from a git repository of
+# tensorflow/addons at the tag of the wheel the tests install.
+TFA_GIT_DIR = os.environ.get("TF_OPT_OPS_TFA_GIT_DIR", "/work/.mirror/tensorflow+addons/repo")
+TFA_TEST = "v0.23.0:tensorflow_addons/optimizers/tests/lazy_adam_test.py"
+TFA_SWAPS = {
+    "ours": {"tensorflow_addons.optimizers.lazy_adam": {"LazyAdam": "tf_opt_ops.legacy.LazyAdam"}}
+}
+
+
+def tf_addons_lazy_adam_test():
+  """{file name: source} of TF Addons' lazy_adam_test.py; fails saying how to get it."""
+  source = git_show(TFA_GIT_DIR, TFA_TEST)
+  if source is None:
+    import pytest  # pylint: disable=g-import-not-at-top
+
+    pytest.fail(
+        f"TF Addons' lazy_adam_test.py ({TFA_TEST}) could not be read from a git repository at "
+        f"{TFA_GIT_DIR}. Clone the tensorflow/addons repository there (a bare clone is enough: "
+        "`git clone --bare <tensorflow/addons repository URL> DIR`), or point "
+        "TF_OPT_OPS_TFA_GIT_DIR at such a clone.")
+  return {"lazy_adam_test.py": source}

@@ -14,32 +14,20 @@ Everything that passes with the peer's class must pass with ours; the counts
 are printed (pytest -s or -rA shows them).
 """
 
-import os
-
 import pytest
 
 import matrix_util
 import peer_runner
 
-TFA_GIT_DIR = os.environ.get("TF_OPT_OPS_TFA_GIT_DIR", "/work/.mirror/tensorflow+addons/repo")
-TFA_TEST = "v0.23.0:tensorflow_addons/optimizers/tests/lazy_adam_test.py"
 TFRS_TESTS = "tensorflow_recommenders/experimental/optimizers"
 LEGACY_KERAS = {"TF_USE_LEGACY_KERAS": "1"} if matrix_util.HAS_KERAS3 else {}
 
 
 @pytest.mark.skipif(matrix_util.HAS_KERAS3, reason="TF Addons 0.23 needs TensorFlow < 2.16")
 def test_tf_addons_lazy_adam_tests_pass_with_ours(tmp_path):
-  source = peer_runner.git_show(TFA_GIT_DIR, TFA_TEST)
-  if source is None:
-    pytest.fail(
-        f"TF Addons' lazy_adam_test.py ({TFA_TEST}) could not be read from a git repository at "
-        f"{TFA_GIT_DIR}. Clone the tensorflow/addons repository there (a bare clone is enough: "
-        "`git clone --bare <tensorflow/addons repository URL> DIR`), or point "
-        "TF_OPT_OPS_TFA_GIT_DIR at such a clone.")
-  outcomes = peer_runner.run({"lazy_adam_test.py": source}, {
-      "ours":
-          {"tensorflow_addons.optimizers.lazy_adam": {"LazyAdam": "tf_opt_ops.legacy.LazyAdam"}}
-  }, str(tmp_path), preamble="from tensorflow_addons.conftest import *  # noqa: F401,F403")
+  outcomes = peer_runner.run(peer_runner.tf_addons_lazy_adam_test(), peer_runner.TFA_SWAPS,
+                             str(tmp_path),
+                             preamble="from tensorflow_addons.conftest import *  # noqa: F401,F403")
   peer_runner.check(outcomes, "ours", "TF Addons 0.23.0 lazy_adam_test.py")
   assert outcomes["ours"].count("passed") >= 28  # 28 passed, 2 GPU skips without a GPU
 

@@ -9,13 +9,11 @@ passed with theirs must pass with ours. The counts and each test's outcome are p
   merlin_sources.py), with Merlin's `MultiOptimizer`, `OptimizerBlocks` and `LazyAdam` swapped
   for tf_opt_ops.legacy's, in Merlin's own models (the file builds them).
 - TF Addons 0.23.0 `tensorflow_addons/optimizers/tests/lazy_adam_test.py` (from a git
-  repository of tensorflow/addons, as tests/matrix/test_peer_tests.py reads it), with
+  repository of tensorflow/addons: peer_runner.tf_addons_lazy_adam_test), with
   `tf_opt_ops.legacy.LazyAdam`.
 """
 
 import os
-
-import pytest
 
 import merlin_sources
 import peer_runner
@@ -62,8 +60,6 @@ def cleanup_dataloader():
       call.args[0].stop()
 '''
 
-TFA_GIT_DIR = os.environ.get("TF_OPT_OPS_TFA_GIT_DIR", "/work/.mirror/tensorflow+addons/repo")
-TFA_TEST = "v0.23.0:tensorflow_addons/optimizers/tests/lazy_adam_test.py"
 TFA_PREAMBLE = '''
 import peer_shim
 
@@ -102,17 +98,8 @@ def test_merlin_optimizer_tests_pass_with_ours(tmp_path):
 
 
 def test_tf_addons_lazy_adam_tests_pass_with_ours(tmp_path):
-  source = peer_runner.git_show(TFA_GIT_DIR, TFA_TEST)
-  if source is None:
-    pytest.fail(
-        f"TF Addons' lazy_adam_test.py ({TFA_TEST}) could not be read from a git repository at "
-        f"{TFA_GIT_DIR}. Clone the tensorflow/addons repository there (a bare clone is enough: "
-        "`git clone --bare <tensorflow/addons repository URL> DIR`), or point "
-        "TF_OPT_OPS_TFA_GIT_DIR at such a clone.")
-  outcomes = peer_runner.run({"lazy_adam_test.py": source}, {
-      "ours":
-          {"tensorflow_addons.optimizers.lazy_adam": {"LazyAdam": "tf_opt_ops.legacy.LazyAdam"}}
-  }, str(tmp_path), preamble=TFA_PREAMBLE, env=peers_util.peer_env())
+  outcomes = peer_runner.run(peer_runner.tf_addons_lazy_adam_test(), peer_runner.TFA_SWAPS,
+                             str(tmp_path), preamble=TFA_PREAMBLE, env=peers_util.peer_env())
   print_table(outcomes, ("theirs", "ours"))
   peer_runner.check(outcomes, "ours", "TF Addons 0.23.0 lazy_adam_test.py (TF 2.21)")
   assert outcomes["ours"].count("passed") >= 28  # 28 passed, 2 GPU skips without a GPU

@@ -341,6 +341,10 @@ class RouterMethods:
 class CompositeMethods(RouterMethods):
   """`CompositeOptimizer(optimizers_and_vars, name=...)`: TensorFlow Recommenders' router."""
 
+  def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
+    self._init_base(name)
+    self._init_composite(optimizers_and_vars, name)
+
   def _init_composite(self, optimizers_and_vars, name):
     optimizers_and_vars = list(optimizers_and_vars)
     if not optimizers_and_vars:
@@ -364,6 +368,20 @@ class CompositeMethods(RouterMethods):
 
 class MultiMethods(RouterMethods):
   """`MultiOptimizer(optimizers_and_blocks, default_optimizer="rmsprop", name=...)` (Merlin)."""
+
+  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
+               update_optimizers_and_blocks=None, save_default_optimizer=True):
+    """Every sub-optimizer's state is saved, the default optimizer's included
+    (`default_optimizer`), so a resumed job continues exactly. Merlin does not
+    save the default optimizer: `save_default_optimizer=False` keeps Merlin's
+    checkpoint layout, for a checkpoint that Merlin's class must restore with
+    `assert_consumed()`. A Merlin (or older) checkpoint without that state still
+    restores into the default layout, with a warning that the default optimizer
+    starts fresh.
+    """
+    self._init_base(name)
+    self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
+                     save_default_optimizer)
 
   def _init_multi(self, optimizers_and_blocks, default_optimizer, name,
                   update_optimizers_and_blocks, save_default):

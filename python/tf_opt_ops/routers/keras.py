@@ -145,10 +145,6 @@ class CompositeOptimizer(core.CompositeMethods, _KerasRouter):
     name: the router's name.
   """
 
-  def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
-    self._init_base(name)
-    self._init_composite(optimizers_and_vars, name)
-
 
 class MultiOptimizer(core.MultiMethods, _KerasRouter):
   """Applies a different optimizer to each group of layers (Keras 3; Merlin's signature).

@@ -68,10 +68,6 @@ class CompositeOptimizer(core.CompositeMethods, _LegacyRouter):
   pair claims raises `ValueError`.
   """
 
-  def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
-    self._init_base(name)
-    self._init_composite(optimizers_and_vars, name)
-
 
 class MultiOptimizer(core.MultiMethods, _LegacyRouter):
   """Applies a different optimizer to each group of layers (tf_keras legacy; Merlin's class).
@@ -79,20 +75,9 @@ class MultiOptimizer(core.MultiMethods, _LegacyRouter):
   `OptimizerBlocks(optimizer, blocks)` items, optimizers as instances (either
   tf_keras API) or identifier strings (resolved to legacy optimizers),
   `default_optimizer` for every variable no block claims.
-  Every sub-optimizer's state is saved, the default optimizer's included
-  (`default_optimizer`), so a resumed job continues exactly. Merlin does not
-  save the default optimizer: `save_default_optimizer=False` keeps Merlin's
-  checkpoint layout, for a checkpoint that Merlin's class must restore with
-  `assert_consumed()`. A Merlin (or older) checkpoint without that state still
-  restores into the default layout, with a warning that the default optimizer
-  starts fresh.
+  Every sub-optimizer's state is saved, the default optimizer's included;
+  `save_default_optimizer=False` keeps Merlin's checkpoint layout (see `__init__`).
   """
-
-  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
-               update_optimizers_and_blocks=None, save_default_optimizer=True):
-    self._init_base(name)
-    self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
-                     save_default_optimizer)
 
 
 _registry.register("tf_keras", CompositeOptimizer, "tf_opt_ops.legacy")

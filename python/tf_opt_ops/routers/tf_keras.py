@@ -75,10 +75,6 @@ class CompositeOptimizer(core.CompositeMethods, _TfKerasRouter):
   `ValueError`.
   """
 
-  def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
-    self._init_base(name)
-    self._init_composite(optimizers_and_vars, name)
-
 
 class MultiOptimizer(core.MultiMethods, _TfKerasRouter):
   """Applies a different optimizer to each group of layers (tf_keras; Merlin's signature).
@@ -86,20 +82,9 @@ class MultiOptimizer(core.MultiMethods, _TfKerasRouter):
   `OptimizerBlocks(optimizer, blocks)` items, optimizers as instances (either
   tf_keras API) or identifier strings, `default_optimizer` for every variable
   no block claims.
-  Every sub-optimizer's state is saved, the default optimizer's included
-  (`default_optimizer`), so a resumed job continues exactly. Merlin does not
-  save the default optimizer: `save_default_optimizer=False` keeps Merlin's
-  checkpoint layout, for a checkpoint that Merlin's class must restore with
-  `assert_consumed()`. A Merlin (or older) checkpoint without that state still
-  restores into the default layout, with a warning that the default optimizer
-  starts fresh.
+  Every sub-optimizer's state is saved, the default optimizer's included;
+  `save_default_optimizer=False` keeps Merlin's checkpoint layout (see `__init__`).
   """
-
-  def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
-               update_optimizers_and_blocks=None, save_default_optimizer=True):
-    self._init_base(name)
-    self._init_multi(optimizers_and_blocks, default_optimizer, name, update_optimizers_and_blocks,
-                     save_default_optimizer)
 
 
 for _cls in (CompositeOptimizer, MultiOptimizer):
