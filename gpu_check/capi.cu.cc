@@ -143,20 +143,29 @@ TFO_API size_t tfo_dense_scratch_bytes(int dtype) {
   return tf_opt_ops::gpu::DenseScratchBytes(static_cast<DType>(dtype));
 }
 
-// Sparse lazy Adam; bad_position/bad_index as IndexError.
+// Sparse lazy Adam; bad_position/bad_index as IndexError. The slots are of
+// `slot_dtype` and laid out as rowwise/stochastic/seed/step say
+// (AdamStateLayout); slot_dtype == dtype and zeros for the plain op.
 TFO_API int tfo_sparse_lazy_adam(int dtype, int index_type, const void* indices,
                                  int64_t num_indices, int64_t num_rows, int64_t row_size,
                                  const void* grad, void* var, void* m, void* v, double lr,
                                  double beta1, double beta2, double epsilon, double beta1_power,
-                                 double beta2_power, void* scratch, size_t scratch_bytes,
+                                 double beta2_power, int slot_dtype, int rowwise, int stochastic,
+                                 uint64_t seed, int64_t step, void* scratch, size_t scratch_bytes,
                                  int64_t* bad_position, int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
-  const AdamStep<double> step =
+  const AdamStep<double> adam =
       LazyAdamStep(t, lr, beta1, beta2, epsilon, beta1_power, beta2_power);
+  AdamStateLayout layout;
+  layout.rowwise_second_moment = rowwise != 0;
+  layout.stochastic_rounding = stochastic != 0;
+  layout.seed = seed;
+  layout.step = step;
   const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
   return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
-    return tf_opt_ops::gpu::SparseApplyLazyAdam(t, rows, grad, var, m, v, step, scratch,
-                                                scratch_bytes, g_stream, bad);
+    return tf_opt_ops::gpu::SparseApplyLazyAdam(t, static_cast<DType>(slot_dtype), rows, grad,
+                                                var, m, v, adam, layout, scratch, scratch_bytes,
+                                                g_stream, bad);
   });
 }
 

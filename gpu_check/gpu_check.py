@@ -104,6 +104,7 @@ class CudaBackend:
     L.tfo_dense_scratch_bytes.argtypes = [cint]
     L.tfo_sparse_lazy_adam.argtypes = (
         [cint, cint, vp, i64, i64, i64, vp, vp, vp, vp] + [dbl] * 6 +
+        [cint, cint, cint, ctypes.c_uint64, i64] +
         [vp, sz, ctypes.POINTER(i64), ctypes.POINTER(i64)])
     L.tfo_clippy_adagrad.argtypes = ([cint, i64, vp, vp, vp] + [dbl] * 5 + [cint, cint, vp, vp, sz])
     L.tfo_sparse_clippy_adagrad.argtypes = (
@@ -176,14 +177,21 @@ class CudaBackend:
     return b.value
 
   def lazy_adam_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
-                    hyper, d_scratch, scratch_bytes):
+                    hyper, d_scratch, scratch_bytes, layout=None):
+    """`layout`: the light slot state (reference.AdamStateLayout keys), or None."""
+    layout = dict(slot_dtype=dtype, rowwise_second_moment=False, stochastic_rounding=False,
+                  seed=0, step=0, **(layout or {}))
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
     self.check(
         self.lib.tfo_sparse_lazy_adam(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n,
                                       num_rows, dim, d_grad, d_var, d_m, d_v, hyper["lr"],
                                       hyper["beta1"], hyper["beta2"], hyper["epsilon"],
                                       hyper["beta1_power"], hyper["beta2_power"],
-                                      d_scratch, scratch_bytes, ctypes.byref(bad_pos),
+                                      DTYPE_CODE[layout["slot_dtype"]],
+                                      int(layout["rowwise_second_moment"]),
+                                      int(layout["stochastic_rounding"]), layout["seed"],
+                                      layout["step"], d_scratch, scratch_bytes,
+                                      ctypes.byref(bad_pos),
                                       ctypes.byref(bad_idx)), "SparseApplyLazyAdam")
     return bad_pos.value, bad_idx.value
 
@@ -214,13 +222,13 @@ class CudaBackend:
     n = len(indices)
     return n, num_rows, dim, self.scratch_bytes(dtype, indices.dtype.type, n, num_rows, dim)
 
-  def lazy_adam(self, dtype, var, m, v, grad, indices, hyper):
+  def lazy_adam(self, dtype, var, m, v, grad, indices, hyper, layout=None):
     n, num_rows, dim, nbytes = self._sparse_sizes(dtype, var, indices)
 
     def body(p):
       d_var, d_m, d_v, d_grad, d_idx, d_scratch = p
       bad = self.lazy_adam_ptr(dtype, indices.dtype.type, d_idx, n, num_rows, dim, d_grad, d_var,
-                               d_m, d_v, hyper, d_scratch, nbytes)
+                               d_m, d_v, hyper, d_scratch, nbytes, layout)
       self.sync()
       return (self.download(d_var, var), self.download(d_m, m), self.download(d_v, v), bad)
 

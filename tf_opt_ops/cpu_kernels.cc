@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "tf_opt_ops/cpu_row_loops.h"
 
@@ -28,7 +29,7 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, T* accum, const G* grad
   ForEachItem(pool, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
               [&](int64_t begin, int64_t end) {
                 C local = C(1);
-                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
+                ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, [&](int64_t k, int64_t o) {
                   local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step,
                                          local);
                 });
@@ -39,7 +40,7 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, T* accum, const G* grad
   ForEachItem(pool, count,
               Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
               [&](int64_t begin, int64_t end) {
-                ForEachSpan(begin, end, {var, accum}, offset, length, [&](int64_t k, int64_t o) {
+                ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, [&](int64_t k, int64_t o) {
                   ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
                 });
               });
@@ -58,9 +59,23 @@ absl::Status GroupAndSumRows(const CpuPool& pool, const SparseGrad<T, Tindex>& g
 
 }  // namespace
 
-template <typename T, typename Tindex>
+// Calls f(std::integral_constant<bool, stochastic>{}), or with false where the
+// slot type S holds every compute value exactly (nothing to round).
+template <typename S, typename F>
+void WithRounding(bool stochastic, F&& f) {
+  if constexpr (HalfKindOf<S>::value != HalfKind::kNone) {
+    if (stochastic) {
+      f(std::true_type{});
+      return;
+    }
+  }
+  f(std::false_type{});
+}
+
+template <typename T, typename S, typename Tindex>
 absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
-                                 T* m, T* v, const AdamStep<ComputeT<T>>& step) {
+                                 S* m, S* v, const AdamStep<ComputeT<T>>& step,
+                                 const AdamStateLayout& layout) {
   RowGroups groups;
   SummedGradRows<T> grad_rows;
   absl::Status status = GroupAndSumRows(pool, grad, &groups, &grad_rows);
@@ -70,12 +85,30 @@ absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex
   // 64-bit offsets: tables past 2^31 elements.
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };
+  const bool rowwise = layout.rowwise_second_moment;
   // Per row: read var, m, v, g; write var, m, v.
-  const Eigen::TensorOpCost cost(4.0 * dim * sizeof(T), 3.0 * dim * sizeof(T), 20.0 * dim);
+  const double v_bytes = rowwise ? sizeof(S) : dim * sizeof(S);
+  const Eigen::TensorOpCost cost(dim * (2.0 * sizeof(T) + sizeof(S)) + v_bytes,
+                                 dim * (1.0 * sizeof(T) + sizeof(S)) + v_bytes, 20.0 * dim);
   grad_rows.Visit([&](const auto* g) {
-    ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
-      ForEachSpan(begin, end, {var, m, v}, offset, length, [&](int64_t u, int64_t o) {
-        LazyAdamRow(var + o, m + o, v + o, g + u * dim, dim, step);
+    WithRounding<S>(layout.stochastic_rounding, [&](auto stochastic) {
+      constexpr bool kStochastic = decltype(stochastic)::value;
+      ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+        if (rowwise) {
+          ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v, dim)}, offset, length,
+                      [&](int64_t u, int64_t o) {
+                        const RowNoise noise = kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
+                        LazyAdamRowwiseRow<kStochastic, T, S>(var + o, m + o, v + rows[u],
+                                                              g + u * dim, dim, step, noise);
+                      });
+        } else {
+          ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v)}, offset, length,
+                      [&](int64_t u, int64_t o) {
+                        const RowNoise noise = kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
+                        LazyAdamRow<kStochastic, T, S>(var + o, m + o, v + o, g + u * dim, dim,
+                                                       step, noise);
+                      });
+        }
       });
     });
   });
@@ -114,9 +147,12 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
 
 // Every variable type of the ops (half, bfloat16, float, double), with both
 // index types.
+#define TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, Tindex)                                   \
+  template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                               \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, S*, const AdamStep<ComputeT<T>>&, \
+      const AdamStateLayout&);
 #define TF_OPT_OPS_INSTANTIATE_SPARSE(T, Tindex)                                               \
-  template absl::Status SparseApplyLazyAdam<T, Tindex>(                                        \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&); \
+  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, T, Tindex)                                                \
   template absl::Status SparseApplyClippyAdagrad<T, Tindex>(                                   \
       const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, const ClippyStep<ComputeT<T>>&,    \
       ComputeT<T>*);
@@ -129,8 +165,21 @@ TF_OPT_OPS_INSTANTIATE(Eigen::half)
 TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16)
 TF_OPT_OPS_INSTANTIATE(float)
 TF_OPT_OPS_INSTANTIATE(double)
+// Light slots (lazy Adam only): a 16-bit or float32 table with slots of
+// another of those types.
+#define TF_OPT_OPS_INSTANTIATE_LIGHT(T, S)          \
+  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, int32_t) \
+  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, int64_t)
+TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::half, Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::half, float)
+TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::bfloat16, Eigen::half)
+TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::bfloat16, float)
+TF_OPT_OPS_INSTANTIATE_LIGHT(float, Eigen::half)
+TF_OPT_OPS_INSTANTIATE_LIGHT(float, Eigen::bfloat16)
+#undef TF_OPT_OPS_INSTANTIATE_LIGHT
 #undef TF_OPT_OPS_INSTANTIATE
 #undef TF_OPT_OPS_INSTANTIATE_SPARSE
+#undef TF_OPT_OPS_INSTANTIATE_LAZY_ADAM
 
 }  // namespace cpu
 }  // namespace tf_opt_ops

@@ -29,12 +29,15 @@ struct SparseGrad {
   int64_t row_size;
 };
 
-// Lazy Adam (op ResourceSparseApplyLazyAdam) on the rows of var, m, v that
-// the indices name, duplicates summed in input order. Fails with
-// IndexOutOfRange, before any write, when an index is outside [0, num_rows).
-template <typename T, typename Tindex>
+// Lazy Adam (ops ResourceSparseApplyLazyAdam and ...V2) on the rows of var,
+// m, v that the indices name, duplicates summed in input order, the slots of
+// type S kept as `layout` says (v one value per row when row-wise). Fails
+// with IndexOutOfRange, before any write, when an index is outside
+// [0, num_rows).
+template <typename T, typename S, typename Tindex>
 absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
-                                 T* m, T* v, const AdamStep<ComputeT<T>>& step);
+                                 S* m, S* v, const AdamStep<ComputeT<T>>& step,
+                                 const AdamStateLayout& layout);
 
 // Dense Clippy Adagrad (op ResourceApplyClippyAdagrad) over `size` elements;
 // returns the scale.

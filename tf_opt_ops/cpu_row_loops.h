@@ -21,6 +21,16 @@
 
 namespace tf_opt_ops {
 
+// Eigen's 16-bit types, for stochastic rounding (optimizer_math.h).
+template <>
+struct HalfKindOf<Eigen::half> {
+  static constexpr HalfKind value = HalfKind::kFloat16;
+};
+template <>
+struct HalfKindOf<Eigen::bfloat16> {
+  static constexpr HalfKind value = HalfKind::kBfloat16;
+};
+
 // Updates that move less than this run on the calling thread: waking a pool
 // thread costs more than such an update takes on one core.
 constexpr double kInlineBytes = 1 << 20;
@@ -53,14 +63,33 @@ inline void PrefetchForWrite(const void* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, /*rw=*/1, /*locality=*/3);
 }
 
-template <int64_t kAhead, typename T, typename Offset, typename Length, typename F>
-void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<T*> tables, Offset offset,
-                      Length length, F&& fn) {
+// A table the span loop prefetches: span k covers `length(k)` elements from
+// element `offset(k)`, of `element_bytes` each; a table holding one value per
+// `per_value` elements (row-wise v: one per row) covers its share of them.
+struct SpanTable {
+  const void* data;
+  int64_t element_bytes;
+  int64_t per_value;
+};
+template <typename T>
+SpanTable TableOf(T* data, int64_t per_value = 1) {
+  return SpanTable{data, static_cast<int64_t>(sizeof(T)), per_value};
+}
+
+template <int64_t kAhead, typename Offset, typename Length, typename F>
+void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<SpanTable> tables,
+                      Offset offset, Length length, F&& fn) {
   for (int64_t k = begin; k < end; ++k) {
     if (k + kAhead < end) {
       const int64_t ahead = offset(k + kAhead);
-      const int64_t bytes = length(k + kAhead) * static_cast<int64_t>(sizeof(T));
-      for (T* table : tables) PrefetchForWrite(table + ahead, bytes);
+      const int64_t count = length(k + kAhead);
+      for (const SpanTable& table : tables) {
+        const int64_t values = table.per_value == 1 ? count : (count + table.per_value - 1) /
+                                                                  table.per_value;
+        PrefetchForWrite(static_cast<const char*>(table.data) +
+                             ahead / table.per_value * table.element_bytes,
+                         values * table.element_bytes);
+      }
     }
     fn(k, offset(k));
   }
@@ -70,12 +99,13 @@ void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<T*> tabl
 // fn(k, offset(k)) for k in [begin, end), where span k is the `length(k)`
 // elements from `offset(k)` in each of `tables` (a row of a sparse update,
 // a block of a dense one), prefetching the spans ahead (distance by the
-// width of the first span: all are as wide, but a dense variable's last).
-template <typename T, typename Offset, typename Length, typename F>
-void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<T*> tables, Offset offset,
-                 Length length, F&& fn) {
+// width of the first table's first span: all are as wide, but a dense
+// variable's last).
+template <typename Offset, typename Length, typename F>
+void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<SpanTable> tables,
+                 Offset offset, Length length, F&& fn) {
   if (begin >= end) return;
-  const int64_t span_bytes = length(begin) * static_cast<int64_t>(sizeof(T));
+  const int64_t span_bytes = length(begin) * tables.begin()->element_bytes;
   if (span_bytes <= 64) {
     ForEachSpanAhead<kPrefetchSpansNarrow>(begin, end, tables, offset, length, fn);
   } else if (span_bytes <= 128) {

@@ -72,8 +72,9 @@ size_t DenseScratchBytes(DType dtype);
 // fail the op before any write); then sorts (index, position) pairs with CUB
 // and updates each distinct row once, from the sum of its gradient rows in
 // input order, with LazyAdamElement.
-int SparseApplyLazyAdam(DType dtype, const SparseRows& rows, const void* grad, void* var, void* m,
-                        void* v, const AdamStep<double>& step, void* scratch, size_t scratch_bytes,
+int SparseApplyLazyAdam(DType dtype, DType slot_dtype, const SparseRows& rows, const void* grad,
+                        void* var, void* m, void* v, const AdamStep<double>& step,
+                        const AdamStateLayout& layout, void* scratch, size_t scratch_bytes,
                         void* stream, IndexError* index_error);
 
 // Dense Clippy Adagrad over `size` elements: a min-reduction of

@@ -30,6 +30,28 @@ inline absl::Status VariableDtypeMismatch(const char* name, tensorflow::DataType
                          "(cast the gradient, or create the slots with the variable's dtype).");
 }
 
+// A slot whose dtype is not the one the op was given for the slots (Tslot).
+inline absl::Status SlotDtypeMismatch(const char* name, tensorflow::DataType slot_dtype,
+                                      tensorflow::DataType want) {
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(slot_dtype),
+                         " but the op's slot dtype (Tslot) is ", tensorflow::DataTypeString(want),
+                         ": create both slots with the slot dtype, or pass the slots' dtype as "
+                         "Tslot.");
+}
+
+// A slot of one value per row of its variable (row-wise v): shape [rows].
+inline absl::Status CheckRowSlotShape(const char* name, const tensorflow::TensorShape& shape,
+                                      const char* first_name,
+                                      const tensorflow::TensorShape& first_shape) {
+  if (shape.dims() == 1 && first_shape.dims() >= 1 && shape.dim_size(0) == first_shape.dim_size(0)) {
+    return absl::OkStatus();
+  }
+  return InvalidArgument(name, " holds one value per row of ", first_name,
+                         " (rowwise_second_moment=True), so its shape must be [",
+                         first_shape.dims() >= 1 ? first_shape.dim_size(0) : 0, "]: ", name, " ",
+                         shape.DebugString(), " vs ", first_name, " ", first_shape.DebugString());
+}
+
 // A slot whose shape is not its variable's.
 inline absl::Status CheckSameShape(const char* name, const tensorflow::TensorShape& shape,
                                    const char* first_name,

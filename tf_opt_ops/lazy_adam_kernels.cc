@@ -13,19 +13,32 @@
 #include "tf_opt_ops/kernel_registration.h"
 #include "tf_opt_ops/op_inputs.h"
 
+// Calls m(T, S, Tindex) for every (table, slot, index) type of op
+// ResourceSparseApplyLazyAdamV2: tables and slots of half, bfloat16, float.
+#define TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, S) m(T, S, int32_t) m(T, S, int64_t)
+#define TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, T)                                               \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::half)                                       \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::bfloat16) TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, \
+                                                                                       float)
+#define TF_OPT_OPS_CALL_LIGHT_TYPES(m)                                            \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, Eigen::half) TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, \
+                                                                              Eigen::bfloat16) \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, float)
+
 namespace tf_opt_ops {
 namespace functor {
 
 // The CPU update itself is cpu::SparseApplyLazyAdam (cpu_kernels.h), which
 // the XLA custom call runs too.
-template <typename T, typename Tindex>
-struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
+template <typename T, typename S, typename Tindex>
+struct SparseApplyLazyAdam<CPUDevice, T, S, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
-                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step) {
+                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step,
+                          const AdamStateLayout& layout) {
     const EigenCpuPool pool(ctx->eigen_cpu_device());
-    return cpu::SparseApplyLazyAdam<T, Tindex>(pool, CpuSparseGrad<T, Tindex>(indices, grad, *var),
-                                               var->flat<T>().data(), m->flat<T>().data(),
-                                               v->flat<T>().data(), step);
+    return cpu::SparseApplyLazyAdam<T, S, Tindex>(
+        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+        m->flat<S>().data(), v->flat<S>().data(), step, layout);
   }
 };
 
@@ -33,16 +46,18 @@ struct SparseApplyLazyAdam<CPUDevice, T, Tindex> {
 // Index check, duplicate grouping and the update all run on the op's stream;
 // the launcher synchronizes once, after the index check, so a bad index fails
 // the op here before any variable is written.
-template <typename T, typename Tindex>
-struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
+template <typename T, typename S, typename Tindex>
+struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
-                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step) {
+                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step,
+                          const AdamStateLayout& layout) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     return LaunchSparse<T>(ctx, rows, "SparseApplyLazyAdam",
                            [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
                              return gpu::SparseApplyLazyAdam(
-                                 GpuDType<T>(), rows, grad.data(), var->data(), m->data(),
-                                 v->data(), CastStep<double>(step), scratch, bytes, stream, bad);
+                                 GpuDType<T>(), GpuDType<S>(), rows, grad.data(), var->data(),
+                                 m->data(), v->data(), CastStep<double>(step), layout, scratch,
+                                 bytes, stream, bad);
                            });
   }
 };
@@ -50,19 +65,32 @@ struct SparseApplyLazyAdam<GPUDevice, T, Tindex> {
 
 }  // namespace functor
 
-template <typename Device, typename T, typename Tindex>
+// Ops ResourceSparseApplyLazyAdam (kLight false: slots of the table's type
+// T, S == T) and ResourceSparseApplyLazyAdamV2 (kLight: slots of type S =
+// Tslot, the layout from the attrs, the step from input 11).
+template <typename Device, typename T, typename S, typename Tindex, bool kLight>
 class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
  public:
   using C = ComputeT<T>;
 
   explicit SparseApplyLazyAdamOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    if (kLight) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &layout_.rowwise_second_moment));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &layout_.stochastic_rounding));
+      int64_t seed = 0;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+      layout_.seed = static_cast<uint64_t>(seed);
+    }
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
     LockedVariables<Device, T> vars;
-    OP_REQUIRES_OK(ctx,
-                   vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2}, {"var", "m", "v"}));
+    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
+    const tensorflow::DataType s = tensorflow::DataTypeToEnum<S>::v();
+    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2},
+                                     {"var", "m", "v"}, {t, s, s},
+                                     layout_.rowwise_second_moment ? 2 : -1));
     C beta1_power, beta2_power, lr, beta1, beta2, epsilon;
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "beta1_power", &beta1_power));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 4, "beta2_power", &beta2_power));
@@ -70,18 +98,21 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 6, "beta1", &beta1));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 7, "beta2", &beta2));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 8, "epsilon", &epsilon));
+    AdamStateLayout layout = layout_;
+    if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, 11, "step", &layout.step));
     const Tensor& grad = ctx->input(9);
     const Tensor& indices = ctx->input(10);
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(vars.tensor(0)->shape(), grad.shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
     const AdamStep<C> step = MakeAdamStep<C>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
-    OP_REQUIRES_OK(ctx,
-                   functor::SparseApplyLazyAdam<Device, T, Tindex>()(
-                       ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2), step));
+    OP_REQUIRES_OK(ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
+                            ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2),
+                            step, layout));
   }
 
  private:
   bool use_locking_;
+  AdamStateLayout layout_;
 };
 
 #define TF_OPT_OPS_REGISTER_CPU(T, Tindex)                                \
@@ -89,13 +120,23 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
                                  .Device(tensorflow::DEVICE_CPU)          \
                                  .TypeConstraint<T>("T")                  \
                                  .TypeConstraint<Tindex>("Tindices"),     \
-                             SparseApplyLazyAdamOp<CPUDevice, T, Tindex>);
+                             SparseApplyLazyAdamOp<CPUDevice, T, T, Tindex, false>);
 #define TF_OPT_OPS_REGISTER_CPU_T(T) \
   TF_OPT_OPS_REGISTER_CPU(T, int32_t) TF_OPT_OPS_REGISTER_CPU(T, int64_t)
 // half, bfloat16, float and double: the variable types of the op.
 TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU_T);
 #undef TF_OPT_OPS_REGISTER_CPU_T
 #undef TF_OPT_OPS_REGISTER_CPU
+
+#define TF_OPT_OPS_REGISTER_LIGHT_CPU(T, S, Tindex)                         \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdamV2") \
+                                 .Device(tensorflow::DEVICE_CPU)            \
+                                 .TypeConstraint<T>("T")                    \
+                                 .TypeConstraint<S>("Tslot")                \
+                                 .TypeConstraint<Tindex>("Tindices"),       \
+                             SparseApplyLazyAdamOp<CPUDevice, T, S, Tindex, true>);
+TF_OPT_OPS_CALL_LIGHT_TYPES(TF_OPT_OPS_REGISTER_LIGHT_CPU)
+#undef TF_OPT_OPS_REGISTER_LIGHT_CPU
 
 #if GOOGLE_CUDA
 // The hyperparameters are read on the host (HostMemory); var, m, v, grad and
@@ -111,13 +152,30 @@ TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU_T);
                                  .HostMemory("epsilon")                   \
                                  .TypeConstraint<T>("T")                  \
                                  .TypeConstraint<Tindex>("Tindices"),     \
-                             SparseApplyLazyAdamOp<GPUDevice, T, Tindex>);
+                             SparseApplyLazyAdamOp<GPUDevice, T, T, Tindex, false>);
 #define TF_OPT_OPS_REGISTER_GPU_T(T) \
   TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)
 // half, bfloat16, float and double: the variable types of the op.
 TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU_T);
 #undef TF_OPT_OPS_REGISTER_GPU_T
 #undef TF_OPT_OPS_REGISTER_GPU
+
+#define TF_OPT_OPS_REGISTER_LIGHT_GPU(T, S, Tindex)                         \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdamV2") \
+                                 .Device(tensorflow::DEVICE_GPU)            \
+                                 .HostMemory("beta1_power")                 \
+                                 .HostMemory("beta2_power")                 \
+                                 .HostMemory("lr")                          \
+                                 .HostMemory("beta1")                       \
+                                 .HostMemory("beta2")                       \
+                                 .HostMemory("epsilon")                     \
+                                 .HostMemory("step")                        \
+                                 .TypeConstraint<T>("T")                    \
+                                 .TypeConstraint<S>("Tslot")                \
+                                 .TypeConstraint<Tindex>("Tindices"),       \
+                             SparseApplyLazyAdamOp<GPUDevice, T, S, Tindex, true>);
+TF_OPT_OPS_CALL_LIGHT_TYPES(TF_OPT_OPS_REGISTER_LIGHT_GPU)
+#undef TF_OPT_OPS_REGISTER_LIGHT_GPU
 #endif  // GOOGLE_CUDA
 
 }  // namespace tf_opt_ops

@@ -80,11 +80,22 @@ absl::Status CopyToNewBuffer(OpKernelContext* ctx, Tensor* tensor) {
 template <typename Device, typename T>
 class LockedVariables {
  public:
-  // `inputs` are the input positions of the resource variables; `names` name
-  // them in errors.
+  // `inputs` are the input positions of the resource variables, all of dtype
+  // T and shape; `names` name them in errors.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names) {
-    const tensorflow::DataType dtype = tensorflow::DataTypeToEnum<T>::v();
+    return Acquire(ctx, use_locking, sparse, inputs, names,
+                   std::vector<tensorflow::DataType>(inputs.size(),
+                                                     tensorflow::DataTypeToEnum<T>::v()),
+                   /*row_slot=*/-1);
+  }
+
+  // The same, with the variables' dtypes given (slots may differ from the
+  // table, the first) and, unless `row_slot` is -1, the variable at that
+  // position of `inputs` holding one value per row of the first.
+  absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
+                       const std::vector<int>& inputs, const std::vector<const char*>& names,
+                       const std::vector<tensorflow::DataType>& dtypes, int row_slot) {
     std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(inputs.size());
     bool all_copy_on_read = true;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -98,7 +109,11 @@ class LockedVariables {
       // A Var's dtype is fixed when it is created, so no lock is needed to
       // read it, and nothing is copied as T before this check.
       const tensorflow::DataType var_dtype = var->tensor()->dtype();
-      if (var_dtype != dtype) return VariableDtypeMismatch(names[k], var_dtype, dtype);
+      if (var_dtype != dtypes[k]) {
+        return k > 0 && dtypes[k] != dtypes[0]
+                   ? SlotDtypeMismatch(names[k], var_dtype, dtypes[k])
+                   : VariableDtypeMismatch(names[k], var_dtype, dtypes[k]);
+      }
       all_copy_on_read = all_copy_on_read && var->copy_on_read_mode.load();
     }
     // The mode only ever turns on, so a variable seen in it here stays in it.
@@ -128,8 +143,11 @@ class LockedVariables {
       }
     }
     for (size_t k = 1; k < inputs.size(); ++k) {
-      TF_RETURN_IF_ERROR(
-          CheckSameShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape()));
+      TF_RETURN_IF_ERROR(static_cast<int>(k) == row_slot
+                             ? CheckRowSlotShape(names[k], tensors_[k].shape(), names[0],
+                                                 tensors_[0].shape())
+                             : CheckSameShape(names[k], tensors_[k].shape(), names[0],
+                                              tensors_[0].shape()));
     }
     if constexpr (std::is_same_v<Device, CPUDevice>) {
       if (sparse) {

@@ -133,24 +133,230 @@ TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilo
   return s;
 }
 
+// ------------------------------------------------------ light slot state
+// A lazy Adam update may keep its slots lighter than its table: in another
+// type (slot_dtype, with stochastic rounding when that type is 16-bit) and
+// with v per row instead of per element (FBGEMM's partial row-wise Adam).
+// The state's layout is fixed per variable; the rounding noise is keyed by
+// (seed, step, row, column), so a rerun, the CPU and the GPU round alike.
+struct AdamStateLayout {
+  bool rowwise_second_moment = false;  // v holds one value per row of var
+  bool stochastic_rounding = false;    // 16-bit slots round stochastically
+  uint64_t seed = 0;
+  int64_t step = 0;  // the 1-based step t
+};
+
+// Which 16-bit format a slot type is (none: float and double, which hold a
+// float compute value exactly). Specialized for the CUDA types here and for
+// Eigen's in cpu_row_loops.h, which sees Eigen.
+enum class HalfKind { kNone, kFloat16, kBfloat16 };
+template <typename S>
+struct HalfKindOf {
+  static constexpr HalfKind value = HalfKind::kNone;
+};
+#if defined(__CUDACC__)
+template <>
+struct HalfKindOf<__half> {
+  static constexpr HalfKind value = HalfKind::kFloat16;
+};
+template <>
+struct HalfKindOf<__nv_bfloat16> {
+  static constexpr HalfKind value = HalfKind::kBfloat16;
+};
+#endif
+
+TF_OPT_OPS_HOST_DEVICE uint32_t FloatBits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+TF_OPT_OPS_HOST_DEVICE float BitsFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  __builtin_memcpy(&x, &bits, sizeof(x));
+  return x;
+#endif
+}
+
+// SplitMix64's finalizer and a 32-bit finalizer (Chris Wellons' lowbias32):
+// the counter-based hash behind the rounding noise.
+TF_OPT_OPS_HOST_DEVICE uint64_t Mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+TF_OPT_OPS_HOST_DEVICE uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// The noise keys of one row: one per slot (m: 0, v: 1), from the step's
+// layout; the noise of element j is Mix32(key + j). Computed once per row.
+struct RowNoise {
+  uint32_t m;
+  uint32_t v;
+};
+TF_OPT_OPS_HOST_DEVICE uint32_t SlotRowKey(const AdamStateLayout& layout, uint64_t slot,
+                                           int64_t row) {
+  const uint64_t step_key = Mix64(Mix64(layout.seed + slot) ^ static_cast<uint64_t>(layout.step));
+  return static_cast<uint32_t>(Mix64(step_key ^ static_cast<uint64_t>(row)) >> 32);
+}
+TF_OPT_OPS_HOST_DEVICE RowNoise RowNoiseOf(const AdamStateLayout& layout, int64_t row) {
+  return RowNoise{SlotRowKey(layout, 0, row), SlotRowKey(layout, 1, row)};
+}
+
+// x rounded to the 16-bit type S stochastically: to the neighbour of larger
+// magnitude with probability (|x| - lower) / (upper - lower), taking that
+// probability from the 32 random bits `noise`; the result is exact in S.
+// Values S cannot hold finitely (NaN, infinities, beyond S's largest)
+// round to nearest, as Store does.
+template <typename S>
+TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
+  constexpr HalfKind kind = HalfKindOf<S>::value;
+  if constexpr (kind == HalfKind::kNone) {
+    return Store<S>(x);
+  } else {
+    const float a = Abs<float>(x);
+    float r;
+    if constexpr (kind == HalfKind::kBfloat16) {
+      if (!(a < 3.38953139e38f)) return Store<S>(x);  // largest bfloat16
+      // Adding 16 random bits to the 16 bits bfloat16 drops carries into the
+      // kept bits with exactly the wanted probability.
+      r = BitsFloat((FloatBits(a) + (noise >> 16)) & 0xFFFF0000u);
+    } else {
+      if (!(a < 65504.0f)) return Store<S>(x);  // largest float16
+      if (a >= 6.103515625e-05f) {              // 2^-14: float16 normals keep 11 bits
+        r = BitsFloat((FloatBits(a) + (noise >> 19)) & ~0x1FFFu);
+      } else {  // float16 subnormals: multiples of 2^-24
+        const float q = a * 16777216.0f;
+#if defined(__CUDA_ARCH__)
+        const float whole = floorf(q);
+#else
+        const float whole = std::floor(q);
+#endif
+        const uint32_t fraction = static_cast<uint32_t>((q - whole) * 16777216.0f);
+        r = (whole + ((noise >> 8) < fraction ? 1.0f : 0.0f)) * 5.9604644775390625e-08f;
+      }
+    }
+    return Store<S>(BitsFloat(FloatBits(r) | (FloatBits(x) & 0x80000000u)));
+  }
+}
+
+// A slot value stored: rounded to nearest, or stochastically with the noise
+// of element j of the row whose key is `key`.
+template <bool kStochastic, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE S StoreSlot(C x, uint32_t key, int64_t j) {
+  if constexpr (kStochastic) {
+    return StoreStochastic<S>(static_cast<float>(x), Mix32(key + static_cast<uint32_t>(j)));
+  } else {
+    return Store<S>(x);
+  }
+}
+
 // One element of one touched row; `g` is the (duplicate-summed) gradient.
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g, const AdamStep<C>& s) {
+// Slots of type S (the table's type T unless the layout says otherwise);
+// `noise` and `j` key stochastic rounding.
+template <bool kStochastic, typename T, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamStep<C>& s,
+                                            RowNoise noise, int64_t j) {
   const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
   const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * g * g;
-  *m = Store<T>(m_t);
-  *v = Store<T>(v_t);
+  *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
+  *v = StoreSlot<kStochastic, S>(v_t, noise.v, j);
   *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
+}
+
+// The same with slots of the table's type, rounded to nearest.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g, const AdamStep<C>& s) {
+  LazyAdamElement<false, T, T, C>(var, m, v, g, s, RowNoise{0, 0}, 0);
 }
 
 // One touched row of `n` elements: a plain loop over restrict pointers that
 // the compiler vectorizes (no per-row Eigen expressions). `G` is the stored
 // gradient type, or the compute type for duplicate-summed rows.
-template <typename T, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OPS_RESTRICT m,
-                                        T* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
-                                        int64_t n, const AdamStep<C>& s) {
-  for (int64_t j = 0; j < n; ++j) LazyAdamElement<T, C>(var + j, m + j, v + j, Load<C>(g[j]), s);
+template <bool kStochastic, typename T, typename S, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                        S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
+                                        int64_t n, const AdamStep<C>& s, RowNoise noise) {
+  for (int64_t j = 0; j < n; ++j) {
+    LazyAdamElement<kStochastic, T, S, C>(var + j, m + j, v + j, Load<C>(g[j]), s, noise, j);
+  }
+}
+
+// The mean of g^2 over a row, in one fixed order on every device: lane l of
+// kMeanLanes sums g_j^2 for j = l, l + kMeanLanes, ... in turn, then the
+// lanes are added pairwise, lane l with lane l ^ offset for offset 16, 8, 4,
+// 2, 1 (a warp's butterfly of __shfl_xor_sync). The result is lane 0's.
+constexpr int kMeanLanes = 32;
+
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C ButterflyLaneSum(C* lanes) {
+  for (int offset = kMeanLanes / 2; offset > 0; offset /= 2) {
+    C next[kMeanLanes];
+    for (int l = 0; l < kMeanLanes; ++l) next[l] = lanes[l] + lanes[l ^ offset];
+    for (int l = 0; l < kMeanLanes; ++l) lanes[l] = next[l];
+  }
+  return lanes[0];
+}
+
+template <typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C RowMeanSquare(const G* TF_OPT_OPS_RESTRICT g, int64_t n) {
+  C lanes[kMeanLanes];
+  for (int l = 0; l < kMeanLanes; ++l) lanes[l] = C(0);
+  for (int64_t j = 0; j < n; ++j) {
+    const C x = Load<C>(g[j]);
+    lanes[j % kMeanLanes] += x * x;
+  }
+  return ButterflyLaneSum<C>(lanes) / static_cast<C>(n);
+}
+
+// Row-wise v of one touched row from the row's mean square gradient:
+// v_r = beta2 * v_r + (1 - beta2) * mean_j(g_j^2); returns sqrt(v_r) + epsilon,
+// the denominator of every element of the row (v_r stored, stochastically
+// rounded with element 0's noise of the row's v key).
+template <bool kStochastic, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE C RowwiseSecondMoment(S* v, C mean_square, const AdamStep<C>& s,
+                                             RowNoise noise) {
+  const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * mean_square;
+  *v = StoreSlot<kStochastic, S>(v_t, noise.v, 0);
+  return Sqrt<C>(v_t) + s.epsilon;
+}
+
+// One element of a row with row-wise v: m as in LazyAdamElement, the
+// denominator the row's.
+template <bool kStochastic, typename T, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denominator,
+                                                   const AdamStep<C>& s, RowNoise noise,
+                                                   int64_t j) {
+  const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
+  *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
+  *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / denominator);
+}
+
+// One touched row with row-wise v (`v` points at the row's one value).
+template <bool kStochastic, typename T, typename S, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var,
+                                               S* TF_OPT_OPS_RESTRICT m, S* TF_OPT_OPS_RESTRICT v,
+                                               const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                               const AdamStep<C>& s, RowNoise noise) {
+  const C denominator =
+      RowwiseSecondMoment<kStochastic, S, C>(v, RowMeanSquare<G, C>(g, n), s, noise);
+  for (int64_t j = 0; j < n; ++j) {
+    LazyAdamRowwiseElement<kStochastic, T, S, C>(var + j, m + j, Load<C>(g[j]), denominator, s,
+                                                 noise, j);
+  }
 }
 
 // ---------------------------------------------------------- Clippy Adagrad

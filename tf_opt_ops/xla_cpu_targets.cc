@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "tf_opt_ops/cpu_kernels.h"
@@ -103,22 +104,59 @@ ClippyStep<C> ClippyStepOf(const C* h) {
   return ClippyStep<C>{h[0], h[1], h[2], h[3], h[4], h[5] != C(0), h[6] != C(0)};
 }
 
+// Calls f(S{}) for the slot type of `dtype`, a type the ops allow for
+// slots of a table of type T: T itself, or for tables of half, bfloat16 and
+// float any of those.
+template <typename T, typename F>
+absl::Status ForSlotType(const char* target, XLA_FFI_DataType dtype, F&& f) {
+  if constexpr (std::is_same_v<T, double>) {
+    if (dtype == XLA_FFI_DataType_F64) return f(double{});
+    return Mismatch(target, absl::StrCat("a float64 table with slots of XLA type ", dtype));
+  } else {
+    switch (dtype) {
+      case XLA_FFI_DataType_F16:
+        return f(Eigen::half{});
+      case XLA_FFI_DataType_BF16:
+        return f(Eigen::bfloat16{});
+      case XLA_FFI_DataType_F32:
+        return f(float{});
+      default:
+        return Mismatch(target, absl::StrCat("slots of XLA type ", dtype));
+    }
+  }
+}
+
+// Both lazy Adam targets; kLight reads the slots' type and the layout operand.
+template <bool kLight>
 absl::Status SparseLazyAdam(const Call& call) {
-  if (absl::Status arity = CheckArity(call, kSparseLazyAdam, 6, 3); !arity.ok()) return arity;
+  const char* target = kLight ? kSparseLazyAdamV2 : kSparseLazyAdam;
+  if (absl::Status arity = CheckArity(call, target, kLight ? 7 : 6, 3); !arity.ok()) return arity;
   const Buffer var = call.arg(0), grad = call.arg(3), indices = call.arg(4);
-  return ForVariableType(kSparseLazyAdam, var.dtype, [&](auto t) {
+  AdamStateLayout layout;
+  if (kLight) {
+    const int64_t* values = static_cast<const int64_t*>(call.arg(6).data);
+    layout.seed = static_cast<uint64_t>(values[0]);
+    layout.step = values[1];
+    layout.rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
+    layout.stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
+  }
+  return ForVariableType(target, var.dtype, [&](auto t) {
     using T = decltype(t);
     using C = ComputeT<T>;
     const C* h = static_cast<const C*>(call.arg(5).data);
     const AdamStep<C> step = MakeAdamStep<C>(h[2], h[3], h[4], h[5], h[0], h[1]);
-    return ForIndexType(kSparseLazyAdam, indices.dtype, [&](auto i) {
-      using Tindex = decltype(i);
-      T* var_data = InPlaceSparse<T>(call, 0);
-      T* m_data = InPlaceSparse<T>(call, 1);
-      T* v_data = InPlaceSparse<T>(call, 2);
-      const xla_ffi::FfiCpuPool pool(call);
-      return cpu::SparseApplyLazyAdam<T, Tindex>(pool, SparseGradOf<T, Tindex>(var, grad, indices),
-                                                 var_data, m_data, v_data, step);
+    return ForSlotType<T>(target, kLight ? call.arg(1).dtype : var.dtype, [&](auto s) {
+      using S = decltype(s);
+      return ForIndexType(target, indices.dtype, [&](auto i) {
+        using Tindex = decltype(i);
+        T* var_data = InPlaceSparse<T>(call, 0);
+        S* m_data = InPlaceSparse<S>(call, 1);
+        S* v_data = InPlaceSparse<S>(call, 2);
+        const xla_ffi::FfiCpuPool pool(call);
+        return cpu::SparseApplyLazyAdam<T, S, Tindex>(
+            pool, SparseGradOf<T, Tindex>(var, grad, indices), var_data, m_data, v_data, step,
+            layout);
+      });
     });
   });
 }
@@ -171,7 +209,8 @@ XLA_FFI_Error* Handler(XLA_FFI_CallFrame* frame) {
 
 std::string RegisterCpuTargets(const XLA_FFI_Api* api) {
   for (const auto& [name, handler] :
-       {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<SparseLazyAdam>},
+       {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<SparseLazyAdam<false>>},
+        {kSparseLazyAdamV2, Handler<SparseLazyAdam<true>>},
         {kClippyAdagrad, Handler<ClippyAdagrad>},
         {kSparseClippyAdagrad, Handler<SparseClippyAdagrad>}}) {
     const std::string error = xla_ffi::RegisterHandler(api, name, "Host", handler);

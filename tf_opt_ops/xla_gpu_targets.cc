@@ -172,15 +172,28 @@ absl::Status WithComputeType(gpu::DType dtype, F&& f) {
   return f(float{});
 }
 
+// Both lazy Adam targets; kLight reads the slots' type and the layout operand.
+template <bool kLight>
 absl::Status SparseLazyAdam(const Call& call) {
-  absl::Status status = CheckCall(call, kSparseLazyAdam, 6, 3, 3);
-  gpu::DType dtype;
-  if (status.ok()) status = GpuTypeOf(kSparseLazyAdam, call.arg(0).dtype, &dtype);
+  const char* target = kLight ? kSparseLazyAdamV2 : kSparseLazyAdam;
+  absl::Status status = CheckCall(call, target, kLight ? 7 : 6, 3, 3);
+  gpu::DType dtype, slot_dtype;
+  if (status.ok()) status = GpuTypeOf(target, call.arg(0).dtype, &dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(1).dtype, &slot_dtype);
   gpu::SparseRows rows;
-  if (status.ok()) status = SparseRowsOf(kSparseLazyAdam, call.arg(0), call.arg(4), &rows);
+  if (status.ok()) status = SparseRowsOf(target, call.arg(0), call.arg(4), &rows);
   GpuCall gpu_call(call);
   void* stream = nullptr;
   if (status.ok()) status = gpu_call.Stream(&stream);
+  AdamStateLayout layout;
+  if (kLight && status.ok()) {
+    int64_t values[kAdamLayoutValues];
+    status = gpu_call.Hyperparameters(call.arg(6), stream, kAdamLayoutValues, values);
+    layout.seed = static_cast<uint64_t>(values[0]);
+    layout.step = values[1];
+    layout.rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
+    layout.stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
+  }
   if (!status.ok()) return status;
   return WithComputeType(dtype, [&](auto c) {
     using C = decltype(c);
@@ -193,8 +206,9 @@ absl::Status SparseLazyAdam(const Call& call) {
     return LaunchSparse(gpu_call, dtype, rows, stream, "SparseApplyLazyAdam",
                         [&](void* scratch, size_t bytes, gpu::IndexError* bad) {
                           return gpu::SparseApplyLazyAdam(
-                              dtype, rows, call.arg(3).data, call.ret(0).data, call.ret(1).data,
-                              call.ret(2).data, step, scratch, bytes, stream, bad);
+                              dtype, slot_dtype, rows, call.arg(3).data, call.ret(0).data,
+                              call.ret(1).data, call.ret(2).data, step, layout, scratch, bytes,
+                              stream, bad);
                         });
   });
 }
@@ -258,7 +272,8 @@ XLA_FFI_Error* Handler(XLA_FFI_CallFrame* frame) {
 std::string RegisterGpuTargets(const XLA_FFI_Api* api) {
 #if TF_OPT_OPS_XLA_FFI_HAS_0_1
   for (const auto& [name, handler] :
-       {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<SparseLazyAdam>},
+       {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<SparseLazyAdam<false>>},
+        {kSparseLazyAdamV2, Handler<SparseLazyAdam<true>>},
         {kClippyAdagrad, Handler<ClippyAdagrad<false>>},
         {kSparseClippyAdagrad, Handler<ClippyAdagrad<true>>}}) {
     const std::string error = xla_ffi::RegisterHandler(api, name, "CUDA", handler);

@@ -46,6 +46,7 @@ using ::tensorflow::TensorShape;
 using ::tensorflow::XlaOpKernelContext;
 
 constexpr char kSparseLazyAdamOp[] = "TfOptOps>ResourceSparseApplyLazyAdam";
+constexpr char kSparseLazyAdamV2Op[] = "TfOptOps>ResourceSparseApplyLazyAdamV2";
 constexpr char kClippyAdagradOp[] = "TfOptOps>ResourceApplyClippyAdagrad";
 constexpr char kSparseClippyAdagradOp[] = "TfOptOps>ResourceSparseApplyClippyAdagrad";
 
@@ -63,9 +64,10 @@ absl::StatusOr<xla::PrimitiveType> XlaType(DataType dtype) {
 }
 
 // The variable at input `index`, read as the OpKernels check it: initialized,
-// of the gradient's dtype. Fails with their messages.
+// of `dtype` (the gradient's, or for a slot of its own dtype `table_dtype`,
+// Tslot). Fails with their messages.
 absl::Status ReadVariable(XlaOpKernelContext* ctx, int index, const char* name, DataType dtype,
-                          TensorShape* shape, xla::XlaOp* value) {
+                          DataType table_dtype, TensorShape* shape, xla::XlaOp* value) {
   DataType var_dtype = tensorflow::DT_INVALID;
   TensorShape var_shape;
   if (!ctx->GetVariableTypeAndShape(index, &var_dtype, &var_shape).ok() ||
@@ -74,7 +76,10 @@ absl::Status ReadVariable(XlaOpKernelContext* ctx, int index, const char* name, 
                            ctx->op_kernel().name(),
                            "): initialize it before applying the optimizer.");
   }
-  if (var_dtype != dtype) return VariableDtypeMismatch(name, var_dtype, dtype);
+  if (var_dtype != dtype) {
+    return dtype != table_dtype ? SlotDtypeMismatch(name, var_dtype, dtype)
+                                : VariableDtypeMismatch(name, var_dtype, dtype);
+  }
   return ctx->ReadVariableInput(index, dtype, shape, value);
 }
 
@@ -150,44 +155,77 @@ xla::Shape RowMajor(xla::PrimitiveType type, const TensorShape& shape) {
   return xla::ShapeUtil::MakeShapeWithDescendingLayout(type, shape.dim_sizes());
 }
 
-// Reads the variables at `inputs` (var first, then its slots) and checks
-// that the slots have var's shape.
-absl::Status ReadVariables(XlaOpKernelContext* ctx, DataType dtype,
-                           const std::vector<const char*>& names, TensorShape* shape,
-                           std::vector<xla::XlaOp>* values) {
+// Reads the variables at inputs 0.. (var first, then its slots), of
+// `dtypes`, and checks that the slots have var's shape, or, for the one at
+// `row_slot` (unless -1), one value per row of var. Their shapes go to
+// `shapes`.
+absl::Status ReadVariables(XlaOpKernelContext* ctx, const std::vector<DataType>& dtypes,
+                           const std::vector<const char*>& names, int row_slot,
+                           std::vector<TensorShape>* shapes, std::vector<xla::XlaOp>* values) {
   values->resize(names.size());
+  shapes->resize(names.size());
   for (int k = 0; k < static_cast<int>(names.size()); ++k) {
-    TensorShape slot_shape;
     absl::Status status =
-        ReadVariable(ctx, k, names[k], dtype, k == 0 ? shape : &slot_shape, &(*values)[k]);
+        ReadVariable(ctx, k, names[k], dtypes[k], dtypes[0], &(*shapes)[k], &(*values)[k]);
     if (!status.ok()) return status;
     if (k > 0) {
-      status = CheckSameShape(names[k], slot_shape, names[0], *shape);
+      status = k == row_slot ? CheckRowSlotShape(names[k], (*shapes)[k], names[0], (*shapes)[0])
+                             : CheckSameShape(names[k], (*shapes)[k], names[0], (*shapes)[0]);
       if (!status.ok()) return status;
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status AssignResults(XlaOpKernelContext* ctx, DataType dtype, xla::XlaOp results,
-                           int num_variables) {
-  for (int k = 0; k < num_variables; ++k) {
-    absl::Status status = ctx->AssignVariable(k, dtype, xla::GetTupleElement(results, k));
+// The same with every variable of `dtype` and var's shape, returned in `shape`.
+absl::Status ReadVariables(XlaOpKernelContext* ctx, DataType dtype,
+                           const std::vector<const char*>& names, TensorShape* shape,
+                           std::vector<xla::XlaOp>* values) {
+  std::vector<TensorShape> shapes;
+  absl::Status status = ReadVariables(ctx, std::vector<DataType>(names.size(), dtype), names,
+                                      /*row_slot=*/-1, &shapes, values);
+  if (status.ok()) *shape = shapes[0];
+  return status;
+}
+
+absl::Status AssignResults(XlaOpKernelContext* ctx, const std::vector<DataType>& dtypes,
+                           xla::XlaOp results) {
+  for (int k = 0; k < static_cast<int>(dtypes.size()); ++k) {
+    absl::Status status = ctx->AssignVariable(k, dtypes[k], xla::GetTupleElement(results, k));
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }
 
+absl::Status AssignResults(XlaOpKernelContext* ctx, DataType dtype, xla::XlaOp results,
+                           int num_variables) {
+  return AssignResults(ctx, std::vector<DataType>(num_variables, dtype), results);
+}
+
+// Ops ResourceSparseApplyLazyAdam and, kLight, ResourceSparseApplyLazyAdamV2
+// (slots of dtype Tslot, the layout from the attrs and the step input,
+// passed to the target as its `layout` operand).
+template <bool kLight>
 class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
  public:
   explicit SparseApplyLazyAdamXla(tensorflow::OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype_));
+    slot_dtype_ = dtype_;
+    if (kLight) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("Tslot", &slot_dtype_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &rowwise_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+    }
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    TensorShape var_shape, grad_shape, indices_shape;
+    TensorShape grad_shape, indices_shape;
+    std::vector<TensorShape> shapes;
     std::vector<xla::XlaOp> vars;
-    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtype_, {"var", "m", "v"}, &var_shape, &vars));
+    const std::vector<DataType> dtypes = {dtype_, slot_dtype_, slot_dtype_};
+    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtypes, {"var", "m", "v"}, rowwise_ ? 2 : -1, &shapes,
+                                      &vars));
     xla::XlaOp hyper;
     OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_,
                                         {{3, "beta1_power"},
@@ -199,21 +237,45 @@ class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
                                         {}, &hyper));
     OP_REQUIRES_OK(ctx, StaticShape(ctx, 9, "grad", &grad_shape));
     OP_REQUIRES_OK(ctx, StaticShape(ctx, 10, "indices", &indices_shape));
-    OP_REQUIRES_OK(ctx, ValidateSparseGrad(var_shape, grad_shape, indices_shape));
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[0], grad_shape, indices_shape));
+    xla::XlaOp layout;
+    if (kLight) {
+      TensorShape step_shape;
+      OP_REQUIRES_OK(ctx, StaticShape(ctx, 11, "step", &step_shape));
+      OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step_shape),
+                  InvalidArgument("step must be a scalar, got shape ", step_shape.DebugString()));
+      xla::XlaBuilder* b = ctx->builder();
+      const int64_t flags = (rowwise_ ? xla_targets::kLayoutRowwise : 0) |
+                            (stochastic_ ? xla_targets::kLayoutStochastic : 0);
+      layout = xla::ConcatInDim(b,
+                                {xla::ConstantR1<int64_t>(b, {seed_}),
+                                 xla::Reshape(ctx->Input(11), {1}),
+                                 xla::ConstantR1<int64_t>(b, {flags})},
+                                0);
+    }
     if (indices_shape.num_elements() == 0) return;  // nothing to update
-    absl::StatusOr<xla::PrimitiveType> type = XlaType(dtype_);
-    OP_REQUIRES_OK(ctx, type.status());
-    const xla::Shape var_xla = RowMajor(*type, var_shape);
-    absl::StatusOr<xla::XlaOp> results =
-        UpdateInPlace(ctx, xla_targets::kSparseLazyAdam,
-                      {vars[0], vars[1], vars[2], ctx->Input(9), ctx->Input(10), hyper},
-                      {var_xla, var_xla, var_xla}, 3);
-    OP_REQUIRES_OK(ctx, results.status());
-    OP_REQUIRES_OK(ctx, AssignResults(ctx, dtype_, *results, 3));
+    std::vector<xla::Shape> results;
+    for (int k = 0; k < 3; ++k) {
+      absl::StatusOr<xla::PrimitiveType> type = XlaType(dtypes[k]);
+      OP_REQUIRES_OK(ctx, type.status());
+      results.push_back(RowMajor(*type, shapes[k]));
+    }
+    std::vector<xla::XlaOp> operands = {vars[0], vars[1], vars[2], ctx->Input(9), ctx->Input(10),
+                                        hyper};
+    if (kLight) operands.push_back(layout);
+    absl::StatusOr<xla::XlaOp> updated = UpdateInPlace(
+        ctx, kLight ? xla_targets::kSparseLazyAdamV2 : xla_targets::kSparseLazyAdam, operands,
+        results, 3);
+    OP_REQUIRES_OK(ctx, updated.status());
+    OP_REQUIRES_OK(ctx, AssignResults(ctx, dtypes, *updated));
   }
 
  private:
   DataType dtype_;
+  DataType slot_dtype_;
+  bool rowwise_ = false;
+  bool stochastic_ = false;
+  int64_t seed_ = 0;
 };
 
 template <bool kSparse>
@@ -286,7 +348,8 @@ struct XlaKernel {
 };
 
 const XlaKernel kKernels[] = {
-    {kSparseLazyAdamOp, Create<SparseApplyLazyAdamXla>},
+    {kSparseLazyAdamOp, Create<SparseApplyLazyAdamXla<false>>},
+    {kSparseLazyAdamV2Op, Create<SparseApplyLazyAdamXla<true>>},
     {kClippyAdagradOp, Create<ClippyAdagradXla<false>>},
     {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true>>},
 };

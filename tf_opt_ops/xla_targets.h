@@ -13,6 +13,9 @@
 //
 //   lazy Adam:     (var, m, v, grad, indices, hyper[6]) -> (var, m, v)
 //     hyper: beta1_power, beta2_power, lr, beta1, beta2, epsilon
+//   lazy Adam V2:  (var, m, v, grad, indices, hyper[6], layout[3]) -> (var, m, v)
+//     slots of their own type (v of shape [rows] when row-wise);
+//     layout (int64): seed, step, flags (kLayoutRowwise | kLayoutStochastic)
 //   Clippy:        (var, accum, grad, hyper[7]) -> (var, accum, scale)
 //   sparse Clippy: (var, accum, grad, indices, hyper[7]) -> (var, accum, scale)
 //     hyper: lr, epsilon, variable_relative_threshold,
@@ -24,6 +27,7 @@
 #ifndef TF_OPT_OPS_XLA_TARGETS_H_
 #define TF_OPT_OPS_XLA_TARGETS_H_
 
+#include <cstdint>
 #include <string>
 
 // XLA's FFI, which the targets are written against, is in TensorFlow's
@@ -40,10 +44,14 @@ namespace tf_opt_ops {
 namespace xla_targets {
 
 constexpr char kSparseLazyAdam[] = "tf_opt_ops_sparse_lazy_adam";
+constexpr char kSparseLazyAdamV2[] = "tf_opt_ops_sparse_lazy_adam_v2";
 constexpr char kClippyAdagrad[] = "tf_opt_ops_clippy_adagrad";
 constexpr char kSparseClippyAdagrad[] = "tf_opt_ops_sparse_clippy_adagrad";
 
 constexpr int kAdamHyperparameters = 6;
+constexpr int kAdamLayoutValues = 3;
+constexpr int64_t kLayoutRowwise = 1;
+constexpr int64_t kLayoutStochastic = 2;
 constexpr int kClippyHyperparameters = 7;
 
 #if TF_OPT_OPS_XLA_FFI

@@ -17,6 +17,7 @@ Why: see docs/design.md, "One training step" and "XLA".
 
 import numbers
 import threading
+import zlib
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
@@ -128,9 +129,104 @@ def _split_gradient(var, grad, indices):
 
 # ----------------------------------------------------------------------------- Lazy Adam
 
+_SLOT_DTYPES = ("bfloat16", "float16", "float32")
+_LIGHT_TABLE_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
+
+
+class LightSlots:
+  """How a LazyAdam keeps its slots: their dtype, v per row or per element, their rounding.
+
+  The options every flavor's `LazyAdam` takes (`slot_dtype`,
+  `rowwise_second_moment`, `stochastic_rounding`, `seed`); with the defaults
+  the slots are Adam's (the variable's dtype and shape) and the state and
+  checkpoints are those of the flavor's `Adam`. Light options apply to the
+  variables op `TfOptOps>ResourceSparseApplyLazyAdamV2` takes: float16,
+  bfloat16 and float32 variables of rank >= 1; float64 variables and scalars
+  keep slots of their own dtype and shape. Why: see docs/design.md, "Light state".
+  """
+
+  def __init__(self, slot_dtype=None, rowwise_second_moment=False, stochastic_rounding=None,
+               seed=0):
+    if slot_dtype is not None:
+      name = tf.as_dtype(slot_dtype).name if not isinstance(slot_dtype, str) else slot_dtype
+      if name not in _SLOT_DTYPES:
+        raise ValueError(f"slot_dtype must be None (the variable's dtype) or one of "
+                         f"{', '.join(map(repr, _SLOT_DTYPES))}, got {slot_dtype!r}.")
+      slot_dtype = name
+    if not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
+      raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}.")
+    self.slot_dtype = slot_dtype
+    self.rowwise_second_moment = bool(rowwise_second_moment)
+    self.stochastic_rounding = stochastic_rounding
+    self.seed = int(seed)
+
+  @property
+  def enabled(self):
+    return self.slot_dtype is not None or self.rowwise_second_moment or bool(
+        self.stochastic_rounding)
+
+  def applies_to(self, var):
+    """True when `var`'s slots are kept as these options say (not as Adam's)."""
+    shape = tf.TensorShape(var.shape)
+    return (self.enabled and tf.as_dtype(var.dtype) in _LIGHT_TABLE_DTYPES and
+            shape.rank is not None and shape.rank >= 1)
+
+  def slot_dtype_for(self, var):
+    if self.applies_to(var) and self.slot_dtype is not None:
+      return tf.as_dtype(self.slot_dtype)
+    return tf.as_dtype(var.dtype)
+
+  def v_shape_for(self, var):
+    """[rows] for a row-wise v, else `var`'s shape."""
+    shape = tf.TensorShape(var.shape)
+    if self.applies_to(var) and self.rowwise_second_moment:
+      return shape[:1]
+    return shape
+
+  def op_options(self, var):
+    """The light options of op ResourceSparseApplyLazyAdamV2 for `var`, or None."""
+    if not self.applies_to(var):
+      return None
+    slot_dtype = self.slot_dtype_for(var)
+    stochastic = self.stochastic_rounding
+    if stochastic is None:  # on for 16-bit slots the user asked for
+      stochastic = self.slot_dtype is not None and slot_dtype in (tf.float16, tf.bfloat16)
+    return dict(slot_dtype=slot_dtype, rowwise_second_moment=self.rowwise_second_moment,
+                stochastic_rounding=bool(stochastic), seed=self.variable_seed(var))
+
+  def variable_seed(self, var):
+    """The noise seed of `var`: the optimizer's seed and the variable's name, so that tables
+    of one shape do not round alike, and a rerun of the same program rounds the same."""
+    name = getattr(var, "path", None) or getattr(var, "_shared_name", None) or var.name
+    name = str(name).split(":")[0]
+    return (self.seed << 32) | zlib.crc32(name.encode())
+
+  def config(self):
+    return dict(slot_dtype=self.slot_dtype, rowwise_second_moment=self.rowwise_second_moment,
+                stochastic_rounding=self.stochastic_rounding, seed=self.seed)
+
+  def layout(self, var):
+    """A short statement of `var`'s slot layout, for errors and notices."""
+    v_shape = self.v_shape_for(var)
+    return (f"m {self.slot_dtype_for(var).name}{list(tf.TensorShape(var.shape))}, "
+            f"v {self.slot_dtype_for(var).name}{list(v_shape)}")
+
+
+class LazyAdamMixin:
+  """The light-state options every LazyAdam flavor takes (`LightSlots`), kept and configured."""
+
+  def _init_light_slots(self, light_slots):
+    self._light_slots = light_slots
+
+  def _light_options(self, var):
+    return self._light_slots.op_options(var)
+
+  def _light_config(self):
+    return self._light_slots.config() if self._light_slots.enabled else {}
+
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
-              indices=None, fused_dense=False, on_mesh=False):
+              indices=None, fused_dense=False, on_mesh=False, light=None):
   """Lazy Adam on `var` with slots `m`, `v`; the math is the op's (`ops.sparse_lazy_adam`).
 
   `grad` is a `tf.IndexedSlices` (or its values with `indices` given): only the
@@ -141,10 +237,14 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   the 1-based step t; the hyperparameters may be numbers, tensors, variables or
   callables. `on_mesh`: the variables are DTensors, updated in standard ops in
   the formulation DTensor can lay out (every row computed, the touched ones
-  written; see `_standard_ops`).
+  written; see `_standard_ops`). `light`: `LightSlots.op_options(var)` when the
+  slots are light; every update, dense ones too (as all rows), then runs the
+  V2 op, which alone knows the light layout.
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
+  if light is not None:
+    return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh)
   if on_mesh:
     if indices is None:
       return _standard_ops.dense_adam(var, m, v, grad, **hypers)
@@ -165,6 +265,22 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   # Half types compute in float32 (in the variable's type 0.999 rounds to 1.0
   # in bfloat16 and would freeze v); only the stored values are rounded.
   return _standard_ops.dense_adam(var, m, v, grad, **hypers)
+
+
+def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh):
+  """Lazy Adam with light slots: op ResourceSparseApplyLazyAdamV2, a dense gradient as all rows."""
+  if on_mesh or (in_xla_context() and _loader.xla_unavailable(gpu=_on_gpu(var)) is not None):
+    where = ("under DTensor" if on_mesh else
+             f"inside XLA here ({_loader.xla_unavailable(gpu=_on_gpu(var))})")
+    raise ValueError(
+        f"LazyAdam with light slots (slot_dtype / rowwise_second_moment) runs only in its fused "
+        f"op, which cannot run {where}; use the default slots there, or run the step without "
+        f"jit_compile.")
+  if indices is None:
+    indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
+  scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
+  return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
+                              step=hypers["step"], **scalars, **light)
 
 
 # ----------------------------------------------------------------------------- Clippy Adagrad
@@ -356,6 +472,28 @@ LAZY_ADAM_DOC = """Lazy Adam: sparse gradients update only the rows they name.
   Adam update. State (slots `m`/`v`, or momentums and velocities) is that of
   this flavor's `Adam`, so checkpoints move both ways. Options are `Adam`'s;
   `amsgrad=True` raises `ValueError`.
+
+  Light state, for tables that do not fit with two float32 slots (op
+  `TfOptOps>ResourceSparseApplyLazyAdamV2`; float16/bfloat16/float32 variables
+  of rank >= 1, others keep Adam's slots):
+
+  - `slot_dtype`: None (the variable's dtype), "bfloat16", "float16" or
+    "float32". "bfloat16" halves a float32 table's state (4 instead of 8
+    bytes per element); the math stays float32 and only stored slots round.
+    "float32" for a float16/bfloat16 table keeps v from underflowing.
+    float16 slots overflow past 65504 (v of gradients above ~8000).
+  - `rowwise_second_moment`: v holds one value per row, fed by the mean of
+    the row's squared gradient (FBGEMM's partial row-wise Adam): 1 + 1/d
+    slots per element instead of 2, and every element of a row takes the
+    same step size. It changes the optimizer, not only its storage.
+  - `stochastic_rounding`: None (on for 16-bit `slot_dtype`), True, False.
+    Round-to-nearest 16-bit slots lose updates smaller than half a unit in
+    the last place; stochastic rounding keeps them on average. The noise is
+    a hash of (seed, step, row, column), so reruns are bit-identical.
+  - `seed`: the noise seed, mixed with each variable's name.
+
+  Light state changes the checkpoint layout (slot dtypes and shapes):
+  `tf_opt_ops.convert_checkpoint` converts checkpoints between layouts.
   """
 
 CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302.09178).

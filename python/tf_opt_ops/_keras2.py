@@ -69,3 +69,21 @@ def is_tf_keras():
   """Whether `tf.keras` in this process is the Keras 2 package (TF 2.15, or
   TF_USE_LEGACY_KERAS=1 from 2.16 on)."""
   return tf.keras.optimizers.Optimizer.__module__.split(".")[0] == NAME
+
+
+class SlotReference:
+  """A model variable as Keras 2's slot creation reads it, with slots of `dtype`.
+
+  `add_variable_from_reference` and `add_slot` give a slot the dtype of its
+  variable, or its `true_dtype` when it has one (a mixed-precision variable's
+  storage dtype); this view of `variable` has `dtype` there and forwards
+  everything else (its key, name, shape, sharding) to `variable`, so the slot
+  is created, listed and restored as the variable's.
+  """
+
+  def __init__(self, variable, dtype):
+    self._slot_variable_of = variable
+    self.true_dtype = tf.as_dtype(dtype)
+
+  def __getattr__(self, name):
+    return getattr(self.__dict__["_slot_variable_of"], name)

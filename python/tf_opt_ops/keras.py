@@ -65,21 +65,46 @@ class _Keras3Mixin:
     return super().from_config(config, custom_objects=custom_objects)
 
 
-class LazyAdam(_Keras3Mixin, keras.optimizers.Adam):
+class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
-  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
+  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
+  # do, then the light-state options (`_core.LightSlots`).
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
-               name="LazyAdam", **kwargs):
+               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
+               stochastic_rounding=None, seed=0, **kwargs):
     _core.check_amsgrad(amsgrad)
+    light_slots = _core.LightSlots(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
+    self._init_light_slots(light_slots)
+
+  def build(self, var_list):
+    if self.built or not self._light_slots.enabled:
+      return super().build(var_list)
+    # Adam's state, in the light slots' dtypes and shapes.
+    super(keras.optimizers.Adam, self).build(var_list)
+    self._momentums, self._velocities = [], []
+    for var in var_list:
+      prefix = (var.path if hasattr(var, "path") else str(var.name).split(":")[0]).replace("/", "_")
+      dtype = self._light_slots.slot_dtype_for(var).name
+      self._momentums.append(
+          self.add_variable(shape=tuple(var.shape), initializer="zeros", dtype=dtype,
+                            name=f"{prefix}_momentum"))
+      self._velocities.append(
+          self.add_variable(shape=tuple(self._light_slots.v_shape_for(var).as_list()),
+                            initializer="zeros", dtype=dtype, name=f"{prefix}_velocity"))
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
     _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                     lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-                    step=self.iterations + 1)
+                    step=self.iterations + 1, light=self._light_options(variable))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(self._light_config())
+    return config
 
 
 class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Optimizer):

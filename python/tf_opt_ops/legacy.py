@@ -73,15 +73,30 @@ class _LegacyMixin:
     return self._decayed_lr(scalar_dtype(var.dtype.base_dtype))
 
 
-class LazyAdam(_LegacyMixin, keras2.optimizers.legacy.Adam):
+class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
-  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
+  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
+  # do, then the light-state options (`_core.LightSlots`).
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
-               name="LazyAdam", **kwargs):
+               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
+               stochastic_rounding=None, seed=0, **kwargs):
     _core.check_amsgrad(amsgrad)
+    light_slots = _core.LightSlots(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
+    self._init_light_slots(light_slots)
+
+  def _create_slots(self, var_list):
+    if not self._light_slots.enabled:
+      return super()._create_slots(var_list)
+    # Adam's slots (same names and order), in the light slots' dtypes and shapes.
+    light = self._light_slots
+    for var in var_list:
+      self.add_slot(_keras2.SlotReference(var, light.slot_dtype_for(var)), "m")
+    for var in var_list:
+      self.add_slot(_keras2.SlotReference(var, light.slot_dtype_for(var)), "v",
+                    shape=light.v_shape_for(var))
 
   def _apply(self, grad, var, indices=None):
     return _core.lazy_adam(var, self.get_slot(var, "m"), self.get_slot(var, "v"), grad,
@@ -89,13 +104,18 @@ class LazyAdam(_LegacyMixin, keras2.optimizers.legacy.Adam):
                            beta_1=self._scalar_hyper("beta_1", var),
                            beta_2=self._scalar_hyper("beta_2", var), epsilon=self.epsilon,
                            step=self.iterations + 1, use_locking=self._use_locking,
-                           fused_dense=True)
+                           fused_dense=True, light=self._light_options(var))
 
   def _resource_apply_dense(self, grad, var, apply_state=None):
     return self._apply(grad, var)
 
   def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
     return self._apply(grad, var, indices)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(self._light_config())
+    return config
 
 
 class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.legacy.Optimizer):

@@ -16,33 +16,49 @@ from tf_opt_ops._loader import load_library
 from tf_opt_ops._convert import clippy_scalars as _clippy_scalars
 from tf_opt_ops._convert import handle as _handle
 from tf_opt_ops._convert import scalar as _scalar
+from tf_opt_ops._convert import value_dtype as _value_dtype
 from tf_opt_ops._convert import scalar_dtype  # public here: the kernels' scalar dtype
 
 # The op names carry the library prefix `TfOptOps>`, so a SavedModel that uses
 # them names this library when it is loaded without it.
 OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdam",
+    "TfOptOps>ResourceSparseApplyLazyAdamV2",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
 )
 
 
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
-                     beta_2=0.999, epsilon=1e-7, use_locking=False, name=None):
+                     beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
+                     rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
+                     name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
   (`tf_opt_ops/lazy_adam_ops.cc`). `beta_1_power`/`beta_2_power` are beta^t for
   the 1-based step t, as in `tf.raw_ops.ResourceApplyAdam`. Returns the op (no
   outputs).
+
+  Light slots (op `TfOptOps>ResourceSparseApplyLazyAdamV2`): `m`, `v` of
+  another dtype than `var` (`slot_dtype`, read from `m` when it is a variable),
+  `v` of shape `[var.shape[0]]` with `rowwise_second_moment`, 16-bit slots
+  rounded stochastically with `stochastic_rounding`, the noise keyed by
+  `seed` and the 1-based `step` (an int64 scalar).
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
-  return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(
-      var=_handle(var), m=_handle(m), v=_handle(v), beta1_power=_scalar(beta_1_power, s),
-      beta2_power=_scalar(beta_2_power, s), lr=_scalar(lr, s), beta1=_scalar(beta_1, s),
-      beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
-      use_locking=use_locking, name=name)
+  inputs = dict(var=_handle(var), m=_handle(m), v=_handle(v), beta1_power=_scalar(beta_1_power, s),
+                beta2_power=_scalar(beta_2_power, s), lr=_scalar(lr, s), beta1=_scalar(beta_1, s),
+                beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
+                use_locking=use_locking, name=name)
+  slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
+  if slot_dtype == grad.dtype and not rowwise_second_moment and not stochastic_rounding:
+    return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(**inputs)
+  return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_v2(
+      **inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
+      rowwise_second_moment=rowwise_second_moment, stochastic_rounding=stochastic_rounding,
+      seed=seed)
 
 
 def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,

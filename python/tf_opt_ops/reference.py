@@ -106,20 +106,124 @@ def adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power):
               one_minus_beta2=one - C(beta2), epsilon=C(epsilon))
 
 
+# ------------------------------------------------------------- light slot state
+# Mirrors of optimizer_math.h's rounding noise and stochastic rounding, in
+# wrapping unsigned NumPy arithmetic.
+_U64 = np.uint64
+_U32 = np.uint32
+
+
+def _mix64(z):
+  with np.errstate(over="ignore"):
+    z = np.asarray(z, _U64) + _U64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return z ^ (z >> _U64(31))
+
+
+def _mix32(x):
+  with np.errstate(over="ignore"):
+    x = np.asarray(x, _U32)
+    x = x ^ (x >> _U32(16))
+    x = x * _U32(0x7FEB352D)
+    x = x ^ (x >> _U32(15))
+    x = x * _U32(0x846CA68B)
+    return x ^ (x >> _U32(16))
+
+
+def slot_row_keys(rows, *, seed, step, slot):
+  """SlotRowKey: the uint32 noise key of each row of `rows` for slot 0 (m) or 1 (v)."""
+  with np.errstate(over="ignore"):
+    seed_key = _mix64(np.array([seed], _U64) + _U64(slot))
+    step_key = _mix64(seed_key ^ np.array([step], np.int64).view(_U64))
+    keys = _mix64(step_key ^ np.asarray(rows, np.int64).view(_U64))
+  return (keys >> _U64(32)).astype(_U32)
+
+
+def element_noise(row_keys, columns):
+  """Mix32(key + j): the noise of columns `columns` of rows keyed `row_keys` ([rows, cols])."""
+  with np.errstate(over="ignore"):
+    return _mix32(np.asarray(row_keys, _U32)[:, None] + np.asarray(columns, _U32)[None, :])
+
+
+def store_stochastic(x, noise, dtype):
+  """StoreStochastic: float32 `x` rounded stochastically to 16-bit `dtype` with uint32 `noise`."""
+  x = np.asarray(x, np.float32)
+  if dtype not in ("float16", "bfloat16"):
+    return store(x, dtype)
+  noise = np.asarray(noise, _U32)
+  a = np.abs(x)
+  bits = a.view(_U32)
+  with np.errstate(over="ignore", invalid="ignore"):
+    if dtype == "bfloat16":
+      finite = a < np.float32(3.38953139e38)
+      r = ((bits + (noise >> _U32(16))) & _U32(0xFFFF0000)).view(np.float32)
+    else:
+      finite = a < np.float32(65504.0)
+      normal = ((bits + (noise >> _U32(19))) & _U32(0xFFFFE000)).view(np.float32)
+      q = a * np.float32(16777216.0)
+      whole = np.floor(q)
+      fraction = ((q - whole) * np.float32(16777216.0)).astype(_U32)
+      up = np.where((noise >> _U32(8)) < fraction, np.float32(1), np.float32(0))
+      subnormal = (whole + up) * np.float32(5.9604644775390625e-08)
+      r = np.where(a >= np.float32(6.103515625e-05), normal, subnormal).astype(np.float32)
+    signed = (r.view(_U32) | (x.view(_U32) & _U32(0x80000000))).view(np.float32)
+  return np.where(finite, store(signed, dtype), store(x, dtype))
+
+
+def _store_slot(x, dtype, stochastic, row_keys, columns):
+  if stochastic and dtype in ("float16", "bfloat16"):
+    return store_stochastic(x, element_noise(row_keys, columns), dtype)
+  return store(x, dtype)
+
+
+MEAN_LANES = 32
+
+
+def row_mean_square(g):
+  """RowMeanSquare of each row of float32 `g` [rows, n]: 32 lanes, then their butterfly."""
+  rows, n = g.shape
+  lanes = np.zeros((rows, MEAN_LANES), np.float32)
+  for j in range(n):
+    lanes[:, j % MEAN_LANES] = lanes[:, j % MEAN_LANES] + g[:, j] * g[:, j]
+  offset = MEAN_LANES // 2
+  while offset > 0:
+    lanes = lanes + lanes[:, np.arange(MEAN_LANES) ^ offset]
+    offset //= 2
+  return lanes[:, 0] / np.float32(n)
+
+
 def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon, beta1_power,
-                     beta2_power):
-  """New (var, m, v): lazy Adam on the distinct rows of `indices` only."""
+                     beta2_power, slot_dtype=None, rowwise_second_moment=False,
+                     stochastic_rounding=False, seed=0, step=0):
+  """New (var, m, v): lazy Adam on the distinct rows of `indices` only.
+
+  The light slot options are op ResourceSparseApplyLazyAdamV2's: slots of
+  `slot_dtype` (default: `dtype`), v one value per row when
+  `rowwise_second_moment`, 16-bit slots rounded stochastically with noise
+  keyed by (`seed`, `step`, row, column) when `stochastic_rounding`.
+  """
+  slot_dtype = slot_dtype or dtype
   var, m, v = _stored_copy(var), _stored_copy(m), _stored_copy(v)
   dim = var.size // var.shape[0] if var.shape[0] else 0
-  var2, m2, v2 = var.reshape(-1, dim), m.reshape(-1, dim), v.reshape(-1, dim)
+  var2, m2 = var.reshape(-1, dim), m.reshape(-1, dim)
+  v2 = v.reshape(-1) if rowwise_second_moment else v.reshape(-1, dim)
   s = adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power)
   rows, g = summed_rows(grad, indices, dtype)
-  m_t = s["beta1"] * load(m2[rows], dtype) + s["one_minus_beta1"] * g
-  v_t = s["beta2"] * load(v2[rows], dtype) + s["one_minus_beta2"] * g * g
-  m2[rows] = store(m_t, dtype)
-  v2[rows] = store(v_t, dtype)
-  var2[rows] = store(
-      load(var2[rows], dtype) - s["lr_t"] * m_t / (np.sqrt(v_t) + s["epsilon"]), dtype)
+  keys = dict(seed=seed, step=step)
+  m_keys, v_keys = (slot_row_keys(rows, slot=k, **keys) for k in (0, 1))
+  columns = np.arange(dim)
+  m_t = s["beta1"] * load(m2[rows], slot_dtype) + s["one_minus_beta1"] * g
+  if rowwise_second_moment:
+    v_t = s["beta2"] * load(v2[rows], slot_dtype) + s["one_minus_beta2"] * row_mean_square(g)
+    v2[rows] = _store_slot(v_t[:, None], slot_dtype, stochastic_rounding, v_keys, [0])[:, 0]
+    denominator = (np.sqrt(v_t) + s["epsilon"])[:, None]
+  else:
+    v_t = s["beta2"] * load(v2[rows], slot_dtype) + s["one_minus_beta2"] * g * g
+    v2[rows] = _store_slot(v_t, slot_dtype, stochastic_rounding, v_keys, columns)
+    denominator = np.sqrt(v_t) + s["epsilon"]
+  m2[rows] = _store_slot(m_t, slot_dtype, stochastic_rounding, m_keys, columns)
+  var2[rows] = store(load(var2[rows], dtype) - s["lr_t"] * m_t / denominator, dtype)
   return var, m, v
 
 

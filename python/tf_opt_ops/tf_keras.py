@@ -154,28 +154,57 @@ class _TfKerasMixin:
         self._handle_deferred_dependencies(name=name, trackable=children[name])
 
 
-class LazyAdam(_TfKerasMixin, keras2.optimizers.Adam):
+class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
-  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers do.
+  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
+  # do, then the light-state options (`_core.LightSlots`).
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
-               name="LazyAdam", **kwargs):
+               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
+               stochastic_rounding=None, seed=0, **kwargs):
     _core.check_amsgrad(amsgrad)
     if kwargs.pop("adaptive_epsilon", False):
       raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
+    light_slots = _core.LightSlots(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
     _core.default_jit_compile(kwargs)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
+    self._init_light_slots(light_slots)
 
   def build(self, var_list):
     with self._restoring_into_shards(var_list):
-      super().build(var_list)
+      if not self._light_slots.enabled:
+        return super().build(var_list)
+      self._build_light_state(var_list)
+
+  def _build_light_state(self, var_list):
+    # Adam.build's state (same names and order), in the light slots' dtypes and shapes.
+    super(keras2.optimizers.Adam, self).build(var_list)
+    if getattr(self, "_built", False):
+      return
+    self._built = True
+    self._momentums, self._velocities = [], []
+    for var in var_list:
+      dtype = self._light_slots.slot_dtype_for(var)
+      reference = _keras2.SlotReference(var, dtype)
+      self._momentums.append(
+          self.add_variable_from_reference(reference, "m", initial_value=tf.zeros(var.shape,
+                                                                                  dtype)))
+      self._velocities.append(
+          self.add_variable_from_reference(
+              reference, "v", initial_value=tf.zeros(self._light_slots.v_shape_for(var), dtype)))
 
   def update_step(self, gradient, variable):
     index = self._index(variable)
     return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                            lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                           epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh)
+                           epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh,
+                           light=self._light_options(variable))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(self._light_config())
+    return config
 
 
 class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.Optimizer):
