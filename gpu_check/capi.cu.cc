@@ -163,8 +163,8 @@ TFO_API int tfo_sparse_lazy_adam(int dtype, int index_type, const void* indices,
   layout.step = step;
   const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
   return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
-    return tf_opt_ops::gpu::SparseApplyLazyAdam(t, static_cast<DType>(slot_dtype), rows, grad,
-                                                var, m, v, adam, layout, scratch, scratch_bytes,
+    return tf_opt_ops::gpu::SparseApplyLazyAdam(t, static_cast<DType>(slot_dtype), rows, grad, var,
+                                                m, v, adam, layout, scratch, scratch_bytes,
                                                 g_stream, bad);
   });
 }

@@ -179,8 +179,8 @@ class CudaBackend:
   def lazy_adam_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
                     hyper, d_scratch, scratch_bytes, layout=None):
     """`layout`: the light slot state (reference.AdamStateLayout keys), or None."""
-    layout = dict(slot_dtype=dtype, rowwise_second_moment=False, stochastic_rounding=False,
-                  seed=0, step=0, **(layout or {}))
+    layout = dict(slot_dtype=dtype, rowwise_second_moment=False, stochastic_rounding=False, seed=0,
+                  step=0, **(layout or {}))
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
     self.check(
         self.lib.tfo_sparse_lazy_adam(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n,
@@ -189,10 +189,10 @@ class CudaBackend:
                                       hyper["beta1_power"], hyper["beta2_power"],
                                       DTYPE_CODE[layout["slot_dtype"]],
                                       int(layout["rowwise_second_moment"]),
-                                      int(layout["stochastic_rounding"]), layout["seed"],
-                                      layout["step"], d_scratch, scratch_bytes,
-                                      ctypes.byref(bad_pos),
-                                      ctypes.byref(bad_idx)), "SparseApplyLazyAdam")
+                                      int(layout["stochastic_rounding"]),
+                                      layout["seed"], layout["step"], d_scratch, scratch_bytes,
+                                      ctypes.byref(bad_pos), ctypes.byref(bad_idx)),
+        "SparseApplyLazyAdam")
     return bad_pos.value, bad_idx.value
 
   def sparse_clippy_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,

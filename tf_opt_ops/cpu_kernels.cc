@@ -29,21 +29,23 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, T* accum, const G* grad
   ForEachItem(pool, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
               [&](int64_t begin, int64_t end) {
                 C local = C(1);
-                ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, [&](int64_t k, int64_t o) {
-                  local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k), length(k), step,
-                                         local);
-                });
+                ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
+                            [&](int64_t k, int64_t o) {
+                              local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k),
+                                                     length(k), step, local);
+                            });
                 std::lock_guard<std::mutex> lock(mu);
                 min_ratio = NanMin<C>(min_ratio, local);
               });
   const C scale = ClippyScale<C>(min_ratio);
-  ForEachItem(pool, count,
-              Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
-              [&](int64_t begin, int64_t end) {
-                ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, [&](int64_t k, int64_t o) {
-                  ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
-                });
-              });
+  ForEachItem(
+      pool, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
+      [&](int64_t begin, int64_t end) {
+        ForEachSpan(
+            begin, end, {TableOf(var), TableOf(accum)}, offset, length, [&](int64_t k, int64_t o) {
+              ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
+            });
+      });
   return scale;
 }
 
@@ -97,14 +99,16 @@ absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex
         if (rowwise) {
           ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v, dim)}, offset, length,
                       [&](int64_t u, int64_t o) {
-                        const RowNoise noise = kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
+                        const RowNoise noise =
+                            kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
                         LazyAdamRowwiseRow<kStochastic, T, S>(var + o, m + o, v + rows[u],
                                                               g + u * dim, dim, step, noise);
                       });
         } else {
           ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v)}, offset, length,
                       [&](int64_t u, int64_t o) {
-                        const RowNoise noise = kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
+                        const RowNoise noise =
+                            kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
                         LazyAdamRow<kStochastic, T, S>(var + o, m + o, v + o, g + u * dim, dim,
                                                        step, noise);
                       });
@@ -147,14 +151,14 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
 
 // Every variable type of the ops (half, bfloat16, float, double), with both
 // index types.
-#define TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, Tindex)                                   \
-  template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                               \
+#define TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, Tindex)                                        \
+  template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                                    \
       const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, S*, const AdamStep<ComputeT<T>>&, \
       const AdamStateLayout&);
-#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, Tindex)                                               \
-  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, T, Tindex)                                                \
-  template absl::Status SparseApplyClippyAdagrad<T, Tindex>(                                   \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, const ClippyStep<ComputeT<T>>&,    \
+#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, Tindex)                                            \
+  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, T, Tindex)                                            \
+  template absl::Status SparseApplyClippyAdagrad<T, Tindex>(                                \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, const ClippyStep<ComputeT<T>>&, \
       ComputeT<T>*);
 #define TF_OPT_OPS_INSTANTIATE(T)                                                       \
   template ComputeT<T> ApplyClippyAdagrad<T>(const CpuPool&, int64_t, const T*, T*, T*, \
@@ -167,7 +171,7 @@ TF_OPT_OPS_INSTANTIATE(float)
 TF_OPT_OPS_INSTANTIATE(double)
 // Light slots (lazy Adam only): a 16-bit or float32 table with slots of
 // another of those types.
-#define TF_OPT_OPS_INSTANTIATE_LIGHT(T, S)          \
+#define TF_OPT_OPS_INSTANTIATE_LIGHT(T, S)        \
   TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, int32_t) \
   TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, int64_t)
 TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::half, Eigen::bfloat16)

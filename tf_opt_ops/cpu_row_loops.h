@@ -84,11 +84,11 @@ void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<SpanTabl
       const int64_t ahead = offset(k + kAhead);
       const int64_t count = length(k + kAhead);
       for (const SpanTable& table : tables) {
-        const int64_t values = table.per_value == 1 ? count : (count + table.per_value - 1) /
-                                                                  table.per_value;
-        PrefetchForWrite(static_cast<const char*>(table.data) +
-                             ahead / table.per_value * table.element_bytes,
-                         values * table.element_bytes);
+        const int64_t values =
+            table.per_value == 1 ? count : (count + table.per_value - 1) / table.per_value;
+        PrefetchForWrite(
+            static_cast<const char*>(table.data) + ahead / table.per_value * table.element_bytes,
+            values * table.element_bytes);
       }
     }
     fn(k, offset(k));
@@ -102,8 +102,8 @@ void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<SpanTabl
 // width of the first table's first span: all are as wide, but a dense
 // variable's last).
 template <typename Offset, typename Length, typename F>
-void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<SpanTable> tables,
-                 Offset offset, Length length, F&& fn) {
+void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<SpanTable> tables, Offset offset,
+                 Length length, F&& fn) {
   if (begin >= end) return;
   const int64_t span_bytes = length(begin) * tables.begin()->element_bytes;
   if (span_bytes <= 64) {

@@ -43,7 +43,8 @@ inline absl::Status SlotDtypeMismatch(const char* name, tensorflow::DataType slo
 inline absl::Status CheckRowSlotShape(const char* name, const tensorflow::TensorShape& shape,
                                       const char* first_name,
                                       const tensorflow::TensorShape& first_shape) {
-  if (shape.dims() == 1 && first_shape.dims() >= 1 && shape.dim_size(0) == first_shape.dim_size(0)) {
+  if (shape.dims() == 1 && first_shape.dims() >= 1 &&
+      shape.dim_size(0) == first_shape.dim_size(0)) {
     return absl::OkStatus();
   }
   return InvalidArgument(name, " holds one value per row of ", first_name,

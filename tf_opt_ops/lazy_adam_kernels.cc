@@ -16,14 +16,12 @@
 // Calls m(T, S, Tindex) for every (table, slot, index) type of op
 // ResourceSparseApplyLazyAdamV2: tables and slots of half, bfloat16, float.
 #define TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, S) m(T, S, int32_t) m(T, S, int64_t)
-#define TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, T)                                               \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::half)                                       \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::bfloat16) TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, \
-                                                                                       float)
-#define TF_OPT_OPS_CALL_LIGHT_TYPES(m)                                            \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, Eigen::half) TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, \
-                                                                              Eigen::bfloat16) \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, float)
+#define TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, T)         \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::half) \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::bfloat16) TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, float)
+#define TF_OPT_OPS_CALL_LIGHT_TYPES(m)          \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, Eigen::half) \
+  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, Eigen::bfloat16) TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, float)
 
 namespace tf_opt_ops {
 namespace functor {
@@ -54,10 +52,10 @@ struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     return LaunchSparse<T>(ctx, rows, "SparseApplyLazyAdam",
                            [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
-                             return gpu::SparseApplyLazyAdam(
-                                 GpuDType<T>(), GpuDType<S>(), rows, grad.data(), var->data(),
-                                 m->data(), v->data(), CastStep<double>(step), layout, scratch,
-                                 bytes, stream, bad);
+                             return gpu::SparseApplyLazyAdam(GpuDType<T>(), GpuDType<S>(), rows,
+                                                             grad.data(), var->data(), m->data(),
+                                                             v->data(), CastStep<double>(step),
+                                                             layout, scratch, bytes, stream, bad);
                            });
   }
 };
@@ -88,9 +86,9 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     LockedVariables<Device, T> vars;
     const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
     const tensorflow::DataType s = tensorflow::DataTypeToEnum<S>::v();
-    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2},
-                                     {"var", "m", "v"}, {t, s, s},
-                                     layout_.rowwise_second_moment ? 2 : -1));
+    OP_REQUIRES_OK(ctx,
+                   vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2}, {"var", "m", "v"},
+                                {t, s, s}, layout_.rowwise_second_moment ? 2 : -1));
     C beta1_power, beta2_power, lr, beta1, beta2, epsilon;
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "beta1_power", &beta1_power));
     OP_REQUIRES_OK(ctx, ReadScalar(ctx, 4, "beta2_power", &beta2_power));
@@ -105,9 +103,9 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(vars.tensor(0)->shape(), grad.shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
     const AdamStep<C> step = MakeAdamStep<C>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
-    OP_REQUIRES_OK(ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
-                            ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2),
-                            step, layout));
+    OP_REQUIRES_OK(
+        ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
+                 ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2), step, layout));
   }
 
  private:

@@ -60,8 +60,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if (threadIdx.x == 0) v[row] = StoreSlot<kStochastic, S>(v_t, noise.v, 0);
     for (int64_t j = threadIdx.x; j < dim; j += kMeanLanes) {
       const C g = SummedGrad<C>(rows, grad, begin, end, j);
-      LazyAdamRowwiseElement<kStochastic, T, S, C>(var + offset + j, m + offset + j, g,
-                                                   denominator, step, noise, j);
+      LazyAdamRowwiseElement<kStochastic, T, S, C>(var + offset + j, m + offset + j, g, denominator,
+                                                   step, noise, j);
     }
   });
 }
@@ -73,9 +73,9 @@ int LaunchLazyAdam(const SortedRows& sorted, const void* grad, void* var, void* 
   if (layout.rowwise_second_moment) {
     const dim3 block(kMeanLanes, kThreadsPerBlock / kMeanLanes);
     const dim3 grid(BlocksFor(sorted.count, kThreadsPerBlock / kMeanLanes));
-    LazyAdamRowwiseKernel<kStochastic, T, S><<<grid, block, 0, s>>>(
-        sorted, static_cast<const T*>(grad), static_cast<T*>(var), static_cast<S*>(m),
-        static_cast<S*>(v), CastStep<C>(step), layout);
+    LazyAdamRowwiseKernel<kStochastic, T, S>
+        <<<grid, block, 0, s>>>(sorted, static_cast<const T*>(grad), static_cast<T*>(var),
+                                static_cast<S*>(m), static_cast<S*>(v), CastStep<C>(step), layout);
   } else {
     const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
     LazyAdamRowsKernel<kStochastic, T, S><<<launch.grid, launch.block, 0, s>>>(

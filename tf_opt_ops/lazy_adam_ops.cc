@@ -94,9 +94,9 @@ REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamV2")
       bool rowwise = false;
       TF_RETURN_IF_ERROR(c->GetAttr("rowwise_second_moment", &rowwise));
       ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, rowwise ? std::initializer_list<int>{0, 1}
-                                                             : std::initializer_list<int>{0, 1, 2},
-                                                  {3, 4, 5, 6, 7, 8, 11}, &var));
+      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(
+          c, rowwise ? std::initializer_list<int>{0, 1} : std::initializer_list<int>{0, 1, 2},
+          {3, 4, 5, 6, 7, 8, 11}, &var));
       if (rowwise && c->RankKnown(var) && c->Rank(var) >= 1) {
         ShapeHandle v;
         TF_RETURN_IF_ERROR(c->Merge(VariableShape(c, 2), c->Vector(c->Dim(var, 0)), &v));

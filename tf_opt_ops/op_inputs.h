@@ -84,10 +84,10 @@ class LockedVariables {
   // T and shape; `names` name them in errors.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names) {
-    return Acquire(ctx, use_locking, sparse, inputs, names,
-                   std::vector<tensorflow::DataType>(inputs.size(),
-                                                     tensorflow::DataTypeToEnum<T>::v()),
-                   /*row_slot=*/-1);
+    return Acquire(
+        ctx, use_locking, sparse, inputs, names,
+        std::vector<tensorflow::DataType>(inputs.size(), tensorflow::DataTypeToEnum<T>::v()),
+        /*row_slot=*/-1);
   }
 
   // The same, with the variables' dtypes given (slots may differ from the
@@ -143,11 +143,10 @@ class LockedVariables {
       }
     }
     for (size_t k = 1; k < inputs.size(); ++k) {
-      TF_RETURN_IF_ERROR(static_cast<int>(k) == row_slot
-                             ? CheckRowSlotShape(names[k], tensors_[k].shape(), names[0],
-                                                 tensors_[0].shape())
-                             : CheckSameShape(names[k], tensors_[k].shape(), names[0],
-                                              tensors_[0].shape()));
+      TF_RETURN_IF_ERROR(
+          static_cast<int>(k) == row_slot
+              ? CheckRowSlotShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape())
+              : CheckSameShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape()));
     }
     if constexpr (std::is_same_v<Device, CPUDevice>) {
       if (sparse) {

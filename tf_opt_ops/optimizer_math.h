@@ -347,8 +347,8 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denomina
 
 // One touched row with row-wise v (`v` points at the row's one value).
 template <bool kStochastic, typename T, typename S, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var,
-                                               S* TF_OPT_OPS_RESTRICT m, S* TF_OPT_OPS_RESTRICT v,
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                               S* TF_OPT_OPS_RESTRICT v,
                                                const G* TF_OPT_OPS_RESTRICT g, int64_t n,
                                                const AdamStep<C>& s, RowNoise noise) {
   const C denominator =

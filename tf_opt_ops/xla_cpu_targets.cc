@@ -153,9 +153,9 @@ absl::Status SparseLazyAdam(const Call& call) {
         S* m_data = InPlaceSparse<S>(call, 1);
         S* v_data = InPlaceSparse<S>(call, 2);
         const xla_ffi::FfiCpuPool pool(call);
-        return cpu::SparseApplyLazyAdam<T, S, Tindex>(
-            pool, SparseGradOf<T, Tindex>(var, grad, indices), var_data, m_data, v_data, step,
-            layout);
+        return cpu::SparseApplyLazyAdam<T, S, Tindex>(pool,
+                                                      SparseGradOf<T, Tindex>(var, grad, indices),
+                                                      var_data, m_data, v_data, step, layout);
       });
     });
   });

@@ -205,10 +205,10 @@ absl::Status SparseLazyAdam(const Call& call) {
         CastStep<double>(MakeAdamStep<C>(h[2], h[3], h[4], h[5], h[0], h[1]));
     return LaunchSparse(gpu_call, dtype, rows, stream, "SparseApplyLazyAdam",
                         [&](void* scratch, size_t bytes, gpu::IndexError* bad) {
-                          return gpu::SparseApplyLazyAdam(
-                              dtype, slot_dtype, rows, call.arg(3).data, call.ret(0).data,
-                              call.ret(1).data, call.ret(2).data, step, layout, scratch, bytes,
-                              stream, bad);
+                          return gpu::SparseApplyLazyAdam(dtype, slot_dtype, rows, call.arg(3).data,
+                                                          call.ret(0).data, call.ret(1).data,
+                                                          call.ret(2).data, step, layout, scratch,
+                                                          bytes, stream, bad);
                         });
   });
 }

@@ -224,8 +224,8 @@ class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
     std::vector<TensorShape> shapes;
     std::vector<xla::XlaOp> vars;
     const std::vector<DataType> dtypes = {dtype_, slot_dtype_, slot_dtype_};
-    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtypes, {"var", "m", "v"}, rowwise_ ? 2 : -1, &shapes,
-                                      &vars));
+    OP_REQUIRES_OK(
+        ctx, ReadVariables(ctx, dtypes, {"var", "m", "v"}, rowwise_ ? 2 : -1, &shapes, &vars));
     xla::XlaOp hyper;
     OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_,
                                         {{3, "beta1_power"},
@@ -247,11 +247,11 @@ class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
       xla::XlaBuilder* b = ctx->builder();
       const int64_t flags = (rowwise_ ? xla_targets::kLayoutRowwise : 0) |
                             (stochastic_ ? xla_targets::kLayoutStochastic : 0);
-      layout = xla::ConcatInDim(b,
-                                {xla::ConstantR1<int64_t>(b, {seed_}),
-                                 xla::Reshape(ctx->Input(11), {1}),
-                                 xla::ConstantR1<int64_t>(b, {flags})},
-                                0);
+      layout =
+          xla::ConcatInDim(b,
+                           {xla::ConstantR1<int64_t>(b, {seed_}), xla::Reshape(ctx->Input(11), {1}),
+                            xla::ConstantR1<int64_t>(b, {flags})},
+                           0);
     }
     if (indices_shape.num_elements() == 0) return;  // nothing to update
     std::vector<xla::Shape> results;
@@ -260,12 +260,12 @@ class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
       OP_REQUIRES_OK(ctx, type.status());
       results.push_back(RowMajor(*type, shapes[k]));
     }
-    std::vector<xla::XlaOp> operands = {vars[0], vars[1], vars[2], ctx->Input(9), ctx->Input(10),
-                                        hyper};
+    std::vector<xla::XlaOp> operands = {vars[0],       vars[1],        vars[2],
+                                        ctx->Input(9), ctx->Input(10), hyper};
     if (kLight) operands.push_back(layout);
-    absl::StatusOr<xla::XlaOp> updated = UpdateInPlace(
-        ctx, kLight ? xla_targets::kSparseLazyAdamV2 : xla_targets::kSparseLazyAdam, operands,
-        results, 3);
+    absl::StatusOr<xla::XlaOp> updated =
+        UpdateInPlace(ctx, kLight ? xla_targets::kSparseLazyAdamV2 : xla_targets::kSparseLazyAdam,
+                      operands, results, 3);
     OP_REQUIRES_OK(ctx, updated.status());
     OP_REQUIRES_OK(ctx, AssignResults(ctx, dtypes, *updated));
   }

@@ -212,6 +212,26 @@ class LightSlots:
             f"v {self.slot_dtype_for(var).name}{list(v_shape)}")
 
 
+LAYOUT_ADVICE = (
+    "A checkpoint keeps the slots in the layout of the optimizer that wrote it: construct "
+    "LazyAdam with that optimizer's slot_dtype and rowwise_second_moment (its get_config() "
+    "has them; absent means the defaults).")
+
+
+def check_slot_layout(var, m, v, want_dtype, want_v_shape):
+  """Raises ValueError when slots `m`, `v` of `var` are not of `want_dtype` and shapes (var's;
+  `want_v_shape` for v): slots a checkpoint of another layout created (OptimizerV2 takes a
+  restored slot's dtype and shape from the checkpoint)."""
+  want_dtype = tf.as_dtype(want_dtype)
+  want = [(want_dtype, tf.TensorShape(var.shape)), (want_dtype, tf.TensorShape(want_v_shape))]
+  for name, slot, (dtype, shape) in zip(("m", "v"), (m, v), want):
+    if tf.as_dtype(slot.dtype) != dtype or tf.TensorShape(slot.shape) != shape:
+      raise ValueError(
+          f"Slot {name} of {getattr(var, 'name', var)} is {tf.as_dtype(slot.dtype).name}"
+          f"{tf.TensorShape(slot.shape)}, but this LazyAdam keeps it as {dtype.name}{shape}: it "
+          f"was restored from a checkpoint of another slot layout. {LAYOUT_ADVICE}")
+
+
 class LazyAdamMixin:
   """The light-state options every LazyAdam flavor takes (`LightSlots`), kept and configured."""
 
@@ -243,6 +263,12 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
+  if hasattr(m, "shape") and hasattr(var, "shape"):  # not bare handles
+    want_dtype = light["slot_dtype"] if light else dtype
+    v_shape = tf.TensorShape(var.shape)
+    if light and light["rowwise_second_moment"]:
+      v_shape = v_shape[:1]
+    check_slot_layout(var, m, v, want_dtype, v_shape)
   if light is not None:
     return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh)
   if on_mesh:
@@ -492,8 +518,9 @@ LAZY_ADAM_DOC = """Lazy Adam: sparse gradients update only the rows they name.
     a hash of (seed, step, row, column), so reruns are bit-identical.
   - `seed`: the noise seed, mixed with each variable's name.
 
-  Light state changes the checkpoint layout (slot dtypes and shapes):
-  `tf_opt_ops.convert_checkpoint` converts checkpoints between layouts.
+  The slot layout is part of the checkpoint (each slot's dtype and shape): a
+  checkpoint restores into a LazyAdam of the same options, and one of another
+  layout fails naming the slot and the options to use.
   """
 
 CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302.09178).

@@ -8,6 +8,11 @@ docs/design.md, "Keras flavors and checkpoints".
 """
 
 import contextlib
+import re
+
+import tensorflow as tf
+
+from tf_opt_ops import _core
 
 # What tf_keras' new Optimizer says when a checkpoint holds OptimizerV2 slots
 # ("... from a legacy TF-Keras optimizer into a v2.11+ Optimizer"; keras 2.15,
@@ -30,3 +35,25 @@ def name_the_legacy_class(optimizer):
         f"{type(optimizer).__module__}.{name}, a tf_keras new-API optimizer whose checkpoint "
         f"layout differs. Use tf_opt_ops.legacy.{name} instead (under TF_USE_LEGACY_KERAS=1 the "
         f"top-level tf_opt_ops.{name} is the tf_keras new-API class).") from e
+
+
+# What TensorFlow says when a checkpoint's tensor has another dtype than the variable it is
+# restored into.
+_DTYPE_MISMATCH = re.compile(r"tensor_name = (\S+); expected dtype (\w+) does not equal "
+                             r"original dtype (\w+)")
+
+
+@contextlib.contextmanager
+def name_the_slot_layout(optimizer):
+  """Around slot creation: a checkpoint's slots of another dtype fail naming the slot layout."""
+  try:
+    yield
+  except tf.errors.InvalidArgumentError as e:
+    found = _DTYPE_MISMATCH.search(str(e))
+    if found is None:
+      raise
+    key, want, saved = found.groups()
+    raise ValueError(
+        f"The checkpoint's optimizer state does not have the slot layout of this "
+        f"{type(optimizer).__name__}: {key} was saved as {saved}, and this optimizer keeps it as "
+        f"{want}. {_core.LAYOUT_ADVICE}") from e

@@ -74,9 +74,17 @@ CONTENDERS = {
     "keras_sgd": ("stock SGD", "sgd", "sgd"),
     "floor": ("floor: SGD scattering the touched rows", "sgd", "sgd"),
 }
+# Light state (`--light`): our LazyAdam with bfloat16 m and a row-wise v.
+LIGHT_CONTENDERS = {
+    "lazy_adam_light": ("ours: LazyAdam, bfloat16 m + row-wise v", "adam_rowwise", "adam_rowwise"),
+}
+LIGHT_OPTIONS = dict(slot_dtype="bfloat16", rowwise_second_moment=True)
 # Each contender's state, in units of the tables' size, and those whose dense
 # whole-table updates allocate table-sized temporaries (for the memory estimate).
-STATE_UNITS = {"lazy_adam": 2, "multi": 2, "composite": 2, "adam": 2, "keras_sgd": 1, "floor": 0}
+STATE_UNITS = {
+    "lazy_adam": 2, "multi": 2, "composite": 2, "adam": 2, "keras_sgd": 1, "floor": 0,
+    "lazy_adam_light": 0.5
+}
 DENSE_TEMPORARIES = ("adam", "keras_sgd")
 # Where our LazyAdam also runs alone in a process of its own. The contenders
 # above share one model's tables, and the floor's and the composite's
@@ -317,6 +325,8 @@ def make_contender(name, flavor, model):
     return KerasOptimizerStep(keras_package.optimizers.SGD(learning_rate=SGD_LEARNING_RATE))
   if name == "floor":
     return RowScatterSGD()
+  if name == "lazy_adam_light":
+    return KerasOptimizerStep(ours.LazyAdam(**ADAM, **LIGHT_OPTIONS))
   raise ValueError(f"unknown contender {name!r}; expected one of {sorted(CONTENDERS)}")
 
 
@@ -335,6 +345,11 @@ def reference_first_step(rule, w, g, g_squares):
     alpha = lr * np.sqrt(1 - b2) / (1 - b1)
     v = (1 - b2) * (g * g if rule == "adam" else g_squares)
     return w - alpha * ((1 - b1) * g) / (np.sqrt(v) + eps)
+  if rule == "adam_rowwise":  # v: the mean of each row's g^2 (a 1-D variable's rows are elements)
+    lr, b1, b2, eps = (ADAM[k] for k in ("learning_rate", "beta_1", "beta_2", "epsilon"))
+    alpha = lr * np.sqrt(1 - b2) / (1 - b1)
+    mean_square = (g * g).reshape(len(g), -1).mean(axis=1).reshape((-1,) + (1,) * (g.ndim - 1))
+    return w - alpha * ((1 - b1) * g) / (np.sqrt((1 - b2) * mean_square) + eps)
   if rule == "clippy":
     c = CLIPPY
     p = 1 / np.sqrt(c["initial_accumulator_value"] + c["epsilon"])
@@ -456,7 +471,7 @@ def run_case(case, flavor, rounds, contenders=tuple(CONTENDERS), batches=4):
   check = FirstStepCheck(model, tf.function(gradients)(*steps[0]))
   variants = {"forward": forward, "forward_backward": forward_backward}
   for name in contenders:
-    label, table_rule, mlp_rule = CONTENDERS[name]
+    label, table_rule, mlp_rule = {**CONTENDERS, **LIGHT_CONTENDERS}[name]
     table_rule = STOCK_ADAM_TABLE_RULE[flavor] if table_rule == "stock_adam" else table_rule
     peak_known = _reset_peak_rss()
     before = _status_mib("VmRSS")
@@ -523,6 +538,50 @@ def run_in_groups(case, flavor, rounds, groups):
     alone["x_floor_across"] = alone["step"]["median_ms"] / floor_ms
     merged["alone"] = alone
   return merged
+
+
+def light_cases(memory_gib, dim=64, batch=4_096):
+  """[(case, contenders)]: the uncapped tables with light state alone (and the floor); then
+  float32 slots and light state at the largest cap whose estimate fits `memory_gib`."""
+  uncapped = DlrmCase(None, dim, batch)
+  light = ("lazy_adam_light", "floor")
+  both = ("lazy_adam", "lazy_adam_light", "floor")
+  caps = [
+      c for c in (1_000_000, 2_000_000, 3_000_000, 4_000_000, 5_000_000, 6_000_000)
+      if DlrmCase(c, dim, batch).memory_estimate_gib(both) <= memory_gib
+  ]
+  cases = [(uncapped, light)]
+  if caps:
+    cases.append((DlrmCase(caps[-1], dim, batch), both))
+  return cases
+
+
+def run_light(args, rounds, flavor="tf_keras"):
+  """The light-state run (`--light`): each case in a process of its own; a table of results."""
+  rows = []
+  for case, contenders in light_cases(args.memory_gib):
+    estimate = case.memory_estimate_gib(contenders)
+    print(f"DLRM {case.label}, {flavor}: {', '.join(contenders)} (estimate {estimate:.1f} GiB)",
+          flush=True)
+    result = run_worker_subprocess(case, flavor, rounds, contenders)
+    table_gib = 4 * case.dim * sum(case.rows) / 2**30
+    for name in contenders:
+      if name == "floor":
+        continue
+      r = result["contenders"][name]
+      rows.append(f"| {case.label} | {table_gib:.2f} | {r['label']} | {_fmt_ms(r['step'])} | "
+                  f"{1e3 / r['step']['median_ms']:.1f} | {r['x_floor']['median_ms']:.2f}× | "
+                  f"{result['peak_rss_mib'] / 1024:.1f} |")
+  table = "\n".join([
+      f"Light state end to end ({flavor}, {platform.processor() or platform.machine()}, "
+      f"{os.cpu_count()} cores, TensorFlow {tf.__version__}, {rounds} rounds):", "",
+      "| case | tables (GiB) | optimizer | step ms (min–max) | steps/s | × floor | "
+      "process peak RSS (GiB) |", "|---|---|---|---|---|---|---|", *rows
+  ])
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "e2e_light.md"), "w") as f:
+    f.write(table + "\n")
+  print(table, flush=True)
 
 
 # ------------------------------------------------------------------ report
@@ -668,6 +727,10 @@ def main(argv=None):
   parser.add_argument(
       "--only", default=None, help="run only the full-mode cases whose label contains one of these "
       "';'-separated strings (e.g. 'cap 200,000, d=16, B=4,096;cap 1,000,000, d=16')")
+  parser.add_argument(
+      "--light", action="store_true",
+      help="light state: uncapped tables at d=64 with bfloat16 m + row-wise v, against float32 "
+      "slots at the largest cap that fits (tf_keras)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (3 if args.quick else 7)
@@ -678,6 +741,9 @@ def main(argv=None):
     print("E2E_JSON " + json.dumps(result), flush=True)
     return
 
+  if args.light:
+    run_light(args, rounds)
+    return
   started = time.time()
   report = {
       "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tf_opt_ops import _core
 from tf_opt_ops import _hyperparameters
 from tf_opt_ops import _registry
+from tf_opt_ops import _restore_hints
 from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
 from tf_opt_ops.routers.keras import CompositeOptimizer
 from tf_opt_ops.routers.keras import MultiOptimizer
@@ -80,6 +81,10 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
     self._init_light_slots(light_slots)
 
   def build(self, var_list):
+    with _restore_hints.name_the_slot_layout(self):
+      self._build_state(var_list)
+
+  def _build_state(self, var_list):
     if self.built or not self._light_slots.enabled:
       return super().build(var_list)
     # Adam's state, in the light slots' dtypes and shapes.

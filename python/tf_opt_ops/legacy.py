@@ -90,13 +90,24 @@ class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam)
   def _create_slots(self, var_list):
     if not self._light_slots.enabled:
       return super()._create_slots(var_list)
-    # Adam's slots (same names and order), in the light slots' dtypes and shapes.
-    light = self._light_slots
+    # Adam's slots (same names and order), in the light slots' shapes.
     for var in var_list:
-      self.add_slot(_keras2.SlotReference(var, light.slot_dtype_for(var)), "m")
+      self.add_slot(var, "m")
     for var in var_list:
-      self.add_slot(_keras2.SlotReference(var, light.slot_dtype_for(var)), "v",
-                    shape=light.v_shape_for(var))
+      self.add_slot(var, "v", shape=self._light_slots.v_shape_for(var))
+
+  def add_slot(self, var, slot_name, initializer="zeros", shape=None):
+    # Every slot, those a checkpoint restores included, in the light slots' dtype.
+    if self._light_slots.enabled and not isinstance(var, _keras2.SlotReference):
+      var = _keras2.SlotReference(var, self._light_slots.slot_dtype_for(var))
+    try:
+      return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
+    except ValueError as e:  # a restored slot of another dtype than this optimizer keeps
+      if "Tensor conversion requested dtype" not in str(e):
+        raise
+      raise ValueError(f"The checkpoint's slot {slot_name!r} of {var.name} does not have the slot "
+                       f"layout of this {type(self).__name__}: {e}. "
+                       f"{_core.LAYOUT_ADVICE}") from e
 
   def _apply(self, grad, var, indices=None):
     return _core.lazy_adam(var, self.get_slot(var, "m"), self.get_slot(var, "v"), grad,

@@ -53,7 +53,11 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
                 beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
                 use_locking=use_locking, name=name)
   slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
-  if slot_dtype == grad.dtype and not rowwise_second_moment and not stochastic_rounding:
+  light_types = (tf.float16, tf.bfloat16, tf.float32)
+  # V1 for slots of the table's dtype, and for dtypes V2 does not take (V1 names the mismatch).
+  if not rowwise_second_moment and not stochastic_rounding and (slot_dtype == grad.dtype or
+                                                                slot_dtype not in light_types or
+                                                                grad.dtype not in light_types):
     return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(**inputs)
   return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_v2(
       **inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,

@@ -172,7 +172,7 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
     self._init_light_slots(light_slots)
 
   def build(self, var_list):
-    with self._restoring_into_shards(var_list):
+    with self._restoring_into_shards(var_list), _restore_hints.name_the_slot_layout(self):
       if not self._light_slots.enabled:
         return super().build(var_list)
       self._build_light_state(var_list)

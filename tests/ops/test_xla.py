@@ -498,3 +498,43 @@ def test_xla_library_exports_only_its_entry_point():
   assert strong == {"TfOptOpsXlaRegister"}, sorted(strong)
   cuda = re.compile(r"^(__)?cu(da)?[A-Z_]")
   assert not [fields[-1] for fields in symbols("--undefined-only") if cuda.match(fields[-1])]
+
+
+# ----------------------------------------------------------------------------- light state
+
+LIGHT = {
+    "bf16-slots": dict(slot_dtype="bfloat16"),
+    "rowwise-v": dict(rowwise_second_moment=True),
+    "bf16-rowwise-nearest": dict(slot_dtype="bfloat16", rowwise_second_moment=True,
+                                 stochastic_rounding=False),
+}
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("light", LIGHT, ids=list(LIGHT))
+def test_light_state_bit_identical_with_and_without_xla(flavor, light):
+  make = _make(flavor, "LazyAdam", **LIGHT[light])
+  _assert_bit_identical(_train(make, flavor, jit=True), _train(make, flavor, jit=False))
+  # A dense gradient runs the same op on every row.
+  _assert_bit_identical(_train(make, flavor, jit=True, sparse=False),
+                        _train(make, flavor, jit=False, sparse=False))
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_light_state_hlo_is_one_custom_call(flavor):
+  table = _variable(flavor, np.zeros((ROWS, COLS)))
+  opt = FLAVORS[flavor].LazyAdam(learning_rate=0.01, slot_dtype="bfloat16",
+                                 rowwise_second_moment=True)
+  _build(opt, [table])
+
+  @tf.function(jit_compile=True)
+  def step(values, indices):
+    opt.apply_gradients([(tf.IndexedSlices(values, indices, tf.constant([ROWS, COLS])), table)])
+
+  values, indices = next(_batches(1))
+  args = (tf.constant(values, tf.float32), tf.constant(indices, tf.int32))
+  step(*args)
+  hlo = step.experimental_get_compiler_ir(*args)(stage="hlo")
+  assert hlo.count('custom_call_target="tf_opt_ops_sparse_lazy_adam_v2"') == 1, hlo
+  for op in ("scatter(", "sort(", "gather("):
+    assert op not in hlo, (op, hlo)

@@ -1,0 +1,165 @@
+"""Light slot state (op ResourceSparseApplyLazyAdamV2) against the NumPy reference, bit for bit.
+
+Slots of their own dtype, row-wise v and stochastic rounding: the kernels must
+match `reference.sparse_lazy_adam` exactly, and the rounding must be unbiased
+and keyed by (seed, step, row, column). Why: see docs/design.md, "Light state".
+"""
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_opt_ops import ops
+from tf_opt_ops import reference
+
+LIGHT_DTYPES = ("float16", "bfloat16", "float32")
+ROWS, DIM = 12, 37  # a row wider than the 32 lanes of the row-wise mean
+STEP_INDICES = [[3, 0, 3, 7, 3], [11, 5, 0], [7, 7], [2, 9, 4, 9, 1, 10]]
+UNTOUCHED_ROWS = [6, 8]
+HYPER = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+
+
+def _tensor(stored, dtype):
+  """A tensor of the reference's stored values (bfloat16 as bits)."""
+  stored = np.asarray(stored)
+  if dtype == "bfloat16":
+    return tf.constant(stored.view(ml_dtypes.bfloat16))
+  return tf.constant(stored)
+
+
+def _stored(variable, dtype):
+  value = variable.numpy()
+  return value.view(np.uint16) if dtype == "bfloat16" else value
+
+
+def _assert_same_bits(got, want, what):
+  np.testing.assert_array_equal(
+      np.asarray(got).view(np.uint8),
+      np.asarray(want).view(np.uint8), err_msg=what)
+
+
+def _light_step(var, m, v, grad, indices, t, mode="eager", **light):
+
+  def apply(g, i):
+    ops.sparse_lazy_adam(var, m, v, g, i, beta_1_power=0.9**t, beta_2_power=0.999**t, step=t,
+                         **HYPER, **light)
+
+  if mode == "eager":
+    apply(grad, indices)
+  else:
+    tf.function(apply)(grad, indices)
+
+
+CASES = [(t, s, rowwise, stochastic)
+         for t, s in itertools.product(LIGHT_DTYPES, LIGHT_DTYPES)
+         for rowwise, stochastic in itertools.product((False, True), (False, True))
+         if t != s or rowwise or stochastic]
+
+
+@pytest.mark.parametrize("mode", ["eager", "tf.function"])
+@pytest.mark.parametrize("index_dtype", [tf.int32, tf.int64])
+@pytest.mark.parametrize("dtype,slot_dtype,rowwise,stochastic", CASES)
+def test_light_lazy_adam_matches_reference_bit_for_bit(dtype, slot_dtype, rowwise, stochastic,
+                                                       index_dtype, mode):
+  rng = np.random.default_rng(0)
+  v_shape = (ROWS,) if rowwise else (ROWS, DIM)
+  state = [
+      reference.random_values(rng, (ROWS, DIM), dtype),
+      reference.random_values(rng, (ROWS, DIM), slot_dtype, -0.01, 0.01),
+      reference.random_values(rng, v_shape, slot_dtype, 0, 1e-4),
+  ]
+  dtypes = (dtype, slot_dtype, slot_dtype)
+  var, m, v = (tf.Variable(_tensor(x, d)) for x, d in zip(state, dtypes))
+  light = dict(slot_dtype=slot_dtype, rowwise_second_moment=rowwise, stochastic_rounding=stochastic,
+               seed=1234)
+  untouched = state[0][UNTOUCHED_ROWS].copy()
+  for t, indices in enumerate(STEP_INDICES, start=1):
+    grad = reference.random_values(rng, (len(indices), DIM), dtype, -1e-2, 1e-2)
+    state = reference.sparse_lazy_adam(*state, grad, indices, dtype, lr=HYPER["lr"], beta1=0.9,
+                                       beta2=0.999, epsilon=HYPER["epsilon"], beta1_power=0.9**t,
+                                       beta2_power=0.999**t, step=t,
+                                       **{k: light[k] for k in light if k != "slot_dtype"},
+                                       slot_dtype=slot_dtype)
+    _light_step(var, m, v, _tensor(grad, dtype), tf.constant(indices, index_dtype), t, mode,
+                **light)
+    for name, variable, want, d in zip(("var", "m", "v"), (var, m, v), state, dtypes):
+      _assert_same_bits(_stored(variable, d), want, f"{name} after step {t}")
+  _assert_same_bits(_stored(var, dtype)[UNTOUCHED_ROWS], untouched, "untouched rows")
+
+
+def _first_moment_of(g, stochastic, seed=7, step=1, slot_dtype="bfloat16"):
+  """m after one step with beta1 = 0 from m = 0: the gradient `g` stored in the slot type."""
+  rows, dim = g.shape
+  var = tf.Variable(tf.zeros((rows, dim)))
+  m = tf.Variable(tf.zeros((rows, dim), slot_dtype))
+  v = tf.Variable(tf.zeros((rows, dim), slot_dtype))
+  ops.sparse_lazy_adam(var, m, v, tf.constant(g), tf.range(rows), beta_1_power=0.0,
+                       beta_2_power=0.999, beta_1=0.0, step=step, seed=seed,
+                       stochastic_rounding=stochastic)
+  return m.numpy().astype(np.float64)
+
+
+@pytest.mark.parametrize("slot_dtype,ulp", [("bfloat16", 2.0**-7), ("float16", 2.0**-10)])
+def test_stochastic_rounding_is_unbiased_and_round_to_nearest_is_not(slot_dtype, ulp):
+  # 1 + ulp/3 lies a third of the way from 1 to the next 16-bit value: rounding to
+  # nearest always gives 1, stochastic rounding gives the upper one a third of the time.
+  g = np.full((200, 64), 1 + ulp / 3, np.float32)
+  nearest = _first_moment_of(g, stochastic=False, slot_dtype=slot_dtype)
+  assert (nearest == 1.0).all()
+  rounded = _first_moment_of(g, stochastic=True, slot_dtype=slot_dtype)
+  assert set(np.unique(rounded)) == {1.0, 1.0 + ulp}
+  up = (rounded > 1).mean()
+  assert abs(up - 1 / 3) < 0.01, up  # 12,800 draws: 4 standard deviations
+  assert abs(rounded.mean() - (1 + ulp / 3)) < 0.01 * ulp
+
+
+def test_stochastic_rounding_of_float16_subnormals_is_unbiased():
+  tiny = 2.0**-24  # the smallest float16 subnormal
+  g = np.full((100, 128), 0.25 * tiny, np.float32)
+  rounded = _first_moment_of(g, stochastic=True, slot_dtype="float16")
+  assert set(np.unique(rounded)) == {0.0, tiny}
+  assert abs((rounded > 0).mean() - 0.25) < 0.015
+
+
+def test_rounding_noise_is_keyed_by_seed_and_step():
+  g = np.random.default_rng(3).uniform(-1, 1, (64, 32)).astype(np.float32)
+  first = _first_moment_of(g, True, seed=7, step=1)
+  np.testing.assert_array_equal(first, _first_moment_of(g, True, seed=7, step=1))
+  assert (first != _first_moment_of(g, True, seed=8, step=1)).mean() > 0.2
+  assert (first != _first_moment_of(g, True, seed=7, step=2)).mean() > 0.2
+
+
+def test_float32_slots_keep_the_second_moment_of_a_float16_table():
+  # (1 - beta2) * g^2 = 1e-11 is below float16's smallest subnormal (6e-8): float16
+  # slots hold 0 there, float32 slots hold it.
+  g = tf.constant(np.full((4, 8), 1e-4, np.float16))
+  result = {}
+  for slot_dtype in ("float16", "float32"):
+    var = tf.Variable(tf.zeros((4, 8), tf.float16))
+    m, v = (tf.Variable(tf.zeros((4, 8), slot_dtype)) for _ in range(2))
+    ops.sparse_lazy_adam(var, m, v, g, tf.range(4), beta_1_power=0.9, beta_2_power=0.999, step=1)
+    result[slot_dtype] = v.numpy().astype(np.float64)
+  assert (result["float16"] == 0).all()
+  np.testing.assert_allclose(result["float32"], 1e-3 * np.float64(np.float16(1e-4))**2, rtol=1e-4)
+
+
+def test_wrong_slot_dtype_and_row_shape_are_refused_before_any_write():
+  var = tf.Variable(tf.ones((4, 3)))
+  m = tf.Variable(tf.zeros((4, 3), tf.bfloat16))
+  v = tf.Variable(tf.zeros((4, 3), tf.float16))
+  kwargs = dict(beta_1_power=0.9, beta_2_power=0.999, step=1)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"v has dtype half but the op's slot "
+                     r"dtype \(Tslot\) is bfloat16"):
+    ops.sparse_lazy_adam(var, m, v, tf.ones((1, 3)), [0], slot_dtype=tf.bfloat16, **kwargs)
+  v = tf.Variable(tf.zeros((3,), tf.bfloat16))
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                     match=r"one value per row of var .*\[4\]"):
+    ops.sparse_lazy_adam(var, m, v, tf.ones((1, 3)), [0], rowwise_second_moment=True, **kwargs)
+  np.testing.assert_array_equal(var.numpy(), np.ones((4, 3)))
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 9 is not in \[0, 4\)"):
+    ops.sparse_lazy_adam(var, m, tf.Variable(tf.zeros((4,), tf.bfloat16)), tf.ones((2, 3)), [0, 9],
+                         rowwise_second_moment=True, **kwargs)
+  np.testing.assert_array_equal(var.numpy(), np.ones((4, 3)))
