@@ -156,7 +156,7 @@ TFO_API int tfo_sparse_lazy_adam(int dtype, int index_type, const void* indices,
   const DType t = static_cast<DType>(dtype);
   const AdamStep<double> adam =
       LazyAdamStep(t, lr, beta1, beta2, epsilon, beta1_power, beta2_power);
-  AdamStateLayout layout;
+  tf_opt_ops::AdamStateLayout layout;
   layout.rowwise_second_moment = rowwise != 0;
   layout.stochastic_rounding = stochastic != 0;
   layout.seed = seed;
