@@ -20,7 +20,6 @@ import threading
 import zlib
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
 from tf_opt_ops import _loader
 from tf_opt_ops import _standard_ops
@@ -30,16 +29,10 @@ from tf_opt_ops._convert import handle
 from tf_opt_ops._convert import scalar
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._convert import value_dtype
+from tf_opt_ops._standard_ops import in_xla_context
 
 _logged = set()
 _log_lock = threading.Lock()
-
-
-def in_xla_context():
-  """True while tracing inside an XLA-compiled function (`jit_compile=True`)."""
-  if tf.executing_eagerly():
-    return False
-  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _log_fallback_once(what, reason):

@@ -5,7 +5,8 @@ The same math as the fused kernels (stated once, in the op docs of
 where those kernels do not run:
 
 - inside an XLA-compiled function, where custom ops have no kernels (Why: see
-  docs/design.md, "XLA fallback");
+  docs/design.md, "XLA fallback"); a bad index there writes nothing, where the
+  fused ops fail the step (XLA has no data-dependent errors);
 - the dense Adam of the Keras 3 and tf_keras flavors, which must equal each
   flavor's own `Adam` bit for bit;
 - the benchmark's composite baseline: what Python optimizers run today.
@@ -16,12 +17,33 @@ variables compute in float32; only the stored values are rounded.
 """
 
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 from tf_opt_ops._convert import adam_scalars
 from tf_opt_ops._convert import clippy_scalars
 from tf_opt_ops._convert import handle
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._convert import value_dtype
+
+
+def in_xla_context():
+  """True while tracing inside an XLA-compiled function (`jit_compile=True`)."""
+  if tf.executing_eagerly():
+    return False
+  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def _none_unless_all_in_range(var, rows):
+  """Inside XLA: `rows`, or, when one is outside [0, rows of `var`), all of them out of range.
+
+  XLA cannot fail a step on a value (no data-dependent errors), and it clamps an
+  out-of-range gather and skips an out-of-range scatter: one bad index would
+  update the other rows and drop its own. With every index out of range the
+  update writes nothing, as the fused ops, which fail the step instead.
+  """
+  num_rows = tf.raw_ops.VariableShape(input=handle(var), out_type=rows.dtype)[0]
+  in_range = tf.reduce_all((rows >= 0) & (rows < num_rows))
+  return tf.where(in_range, rows, tf.fill(tf.shape(rows), num_rows))
 
 
 def deduplicate(values, indices):
@@ -84,6 +106,8 @@ def _gradient(var, grad, indices, masked=False):
     return stored, tf.math.unsorted_segment_sum(g, indices,
                                                 rows), _Touched(indices, rows, var.shape.rank)
   g, rows = deduplicate(g, indices)
+  if in_xla_context():
+    rows = _none_unless_all_in_range(var, rows)
   return stored, g, rows
 
 

@@ -94,22 +94,39 @@ def test_jitted_update_same_numbers_and_fallback_logged(opt):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_bad_index_inside_xla_names_it():
-  if not HAS_XLA_FFI:
-    pytest.skip("no XLA kernels before TensorFlow 2.17")
+def test_bad_index_inside_xla_fails_or_writes_nothing():
+  # With XLA kernels (2.17 on) the step fails naming the index, as outside XLA. The
+  # standard-ops fallback before 2.17 cannot fail inside XLA (XLA has no data-dependent
+  # errors): it writes nothing, where XLA alone would update the other rows and drop the bad one.
   from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
-  tables = [tf.Variable(np.ones((10, 2), np.float32)) for _ in range(3)]
+  for name in ("LazyAdam", "ClippyAdagrad"):
+    tables = [tf.Variable(np.ones((10, 2), np.float32)) for _ in range(3)]
 
-  @tf.function(jit_compile=True)
-  def step(indices):
-    ops.sparse_lazy_adam(*tables, tf.ones((2, 2)), indices, beta_1_power=0.9, beta_2_power=0.999)
+    @tf.function(jit_compile=True)
+    def step(indices, tables=tables, name=name):
+      grad = tf.IndexedSlices(tf.ones((2, 2)), indices, tf.constant([10, 2]))
+      if name == "LazyAdam":
+        if HAS_XLA_FFI:
+          ops.sparse_lazy_adam(*tables, grad.values, indices, beta_1_power=0.9, beta_2_power=0.999)
+        else:
+          _core.lazy_adam(*tables, grad, lr=0.05, beta_1=0.9, beta_2=0.999, epsilon=1e-7, step=1)
+      else:
+        _core.clippy_adagrad(tables[0], tables[1], grad, lr=0.05, epsilon=1e-7,
+                             variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+                             absolute_threshold=1e-7, clip_accumulator_update=False,
+                             use_standard_accumulator_update=False)
 
-  # TensorFlow 2.17's XLA runtime reports a custom call's error as internal.
-  with pytest.raises((tf.errors.InvalidArgumentError, tf.errors.InternalError),
-                     match=re.escape("indices[1] = 10 is not in [0, 10)")):
-    step(tf.constant([1, 10]))
-  for table in tables[:1]:
-    np.testing.assert_array_equal(table.numpy(), np.ones((10, 2)))
+    if HAS_XLA_FFI:
+      # TensorFlow 2.17's XLA runtime reports a custom call's error as internal.
+      with pytest.raises((tf.errors.InvalidArgumentError, tf.errors.InternalError),
+                         match=re.escape("indices[1] = 10 is not in [0, 10)")):
+        step(tf.constant([1, 10]))
+    else:
+      step(tf.constant([1, 10]))
+    for table in tables:
+      np.testing.assert_array_equal(table.numpy(), np.ones((10, 2)), err_msg=name)
+    step(tf.constant([1, 9]))  # and good indices still update
+    assert not np.array_equal(tables[0].numpy(), np.ones((10, 2))), name
 
 
 if __name__ == "__main__":  # without pytest: python tests/matrix/test_xla_kernels.py
@@ -118,7 +135,6 @@ if __name__ == "__main__":  # without pytest: python tests/matrix/test_xla_kerne
   test_xla_library_loads_wherever_this_tensorflow_loads()
   for name in ("LazyAdam", "ClippyAdagrad"):
     test_jitted_update_same_numbers_and_fallback_logged(name)
-  if HAS_XLA_FFI:
-    test_bad_index_inside_xla_names_it()
+  test_bad_index_inside_xla_fails_or_writes_nothing()
   print(f"TensorFlow {tf.__version__}: XLA kernels "
         f"{'registered' if HAS_XLA_FFI else 'absent: ' + str(_loader.xla_unavailable())}; ok")

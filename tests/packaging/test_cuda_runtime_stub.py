@@ -22,6 +22,7 @@ Skips on a CPU-only build unless TF_OPT_OPS_EXPECT_CUDA=1 (test_gpu_build.py).
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -175,21 +176,42 @@ def built(tmp_path_factory):
   }
 
 
-def _python(code, **env):
-  """Runs `code` in a fresh interpreter, with no CUDA runtime on the loader's path."""
+def _python(code, loader=(), **env):
+  """Runs `code` in a fresh interpreter, with no CUDA runtime on the loader's path; `loader`
+  runs the interpreter through the dynamic loader with options (see `no_system_runtime`)."""
   environment = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
   environment.update(env)
-  result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=environment, timeout=300)
+  result = subprocess.run(
+      [*loader, sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+      env=environment, timeout=300)
   assert result.returncode == 0, result.stdout + result.stderr
   return result
 
 
+# Where glibc's loader looks without its cache (x86_64 Debian's multiarch and plain dirs).
+_LOADER_DEFAULT_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                        "/usr/lib64", "/lib", "/usr/lib")
+
+
 @pytest.fixture(scope="module")
 def no_system_runtime():
-  cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-  if "libcudart.so.12 " in cache:
-    pytest.skip("this machine has a libcudart.so.12 the stub would find by soname")
+  """The loader options that make `_python` see no libcudart.so.12 by soname.
+
+  A CUDA toolkit registers its runtime in ld.so.cache (from /usr/local/cuda/...):
+  the interpreter runs through the dynamic loader with `--inhibit-cache`, so
+  only the loader's default directories are searched, and none of those may
+  hold one (else this machine cannot show a process without a CUDA runtime).
+  """
+  interpreter = re.search(
+      r"Requesting program interpreter: ([^\]]+)\]",
+      subprocess.run(["readelf", "-l", os.path.realpath(sys.executable)], check=True,
+                     capture_output=True, text=True).stdout)
+  assert interpreter, f"no program interpreter in {sys.executable}"
+  in_default_dirs = [d for d in _LOADER_DEFAULT_DIRS if os.path.exists(f"{d}/libcudart.so.12")]
+  assert not in_default_dirs, (
+      f"libcudart.so.12 in the loader's default directories {in_default_dirs}: no process on "
+      f"this machine is without a CUDA runtime, which these tests need")
+  return (interpreter.group(1), "--inhibit-cache")
 
 
 PROBE = """
@@ -205,7 +227,7 @@ print([line.split()[-1] for line in open("/proc/self/maps") if "libcudart" in li
 
 
 def test_without_a_runtime_calls_fail_with_the_stubs_error(built, no_system_runtime):
-  out = _python(PROBE.format(probe=built["probe"])).stdout.splitlines()
+  out = _python(PROBE.format(probe=built["probe"]), loader=no_system_runtime).stdout.splitlines()
   err, _, launch, message = out[0].split(" ", 3)
   assert int(err) == SHARED_OBJECT_INIT_FAILED, out
   assert int(launch) == SHARED_OBJECT_INIT_FAILED, out  # the launch was skipped, not crashed
@@ -260,7 +282,7 @@ def test_the_runtime_next_to_tensorflow_is_found(built, no_system_runtime, tmp_p
       print(probe.probe_device_count(ctypes.byref(count)), count.value)
       print([line.split()[-1] for line in open("/proc/self/maps") if "libcudart" in line][:1])
   """
-  out = _python(code).stdout.splitlines()
+  out = _python(code, loader=no_system_runtime).stdout.splitlines()
   assert out[0] == "0 7", out
   assert out[1] == repr([str(site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12")]), out
 

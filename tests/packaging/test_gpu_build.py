@@ -136,9 +136,12 @@ def test_build_info_records_cuda_12_and_the_minimum_driver():
 
 
 def _tensorflow_cuda():
+  # The test venv installs the `tensorflow` wheel (requirements-dev.txt), a CUDA build: its
+  # CUDA version and architectures are what the GPU kernels are checked against.
   info = tf.sysconfig.get_build_info()
-  if not info.get("is_cuda_build") or not info.get("cuda_version"):
-    pytest.skip("the running TensorFlow is not a CUDA build (tensorflow-cpu)")
+  assert info.get("is_cuda_build") and info.get("cuda_version"), (
+      f"TensorFlow {tf.__version__} here is not a CUDA build (tensorflow-cpu?): install the "
+      f"`tensorflow` wheel, whose CUDA these tests compare the library's with ({info})")
   return info
 
 
@@ -157,8 +160,7 @@ def test_cuda_version_runs_where_tensorflow_runs():
 def test_gpu_architectures_cover_tensorflows():
   # e.g. ['sm_60', 'sm_70', 'sm_80', 'sm_89', 'compute_90'] for TensorFlow 2.21.
   theirs = _tensorflow_cuda().get("cuda_compute_capabilities") or []
-  if not theirs:
-    pytest.skip("TensorFlow reports no cuda_compute_capabilities")
+  assert theirs, f"TensorFlow {tf.__version__} reports no cuda_compute_capabilities"
   ours = [int(a) for a in BUILD_INFO["CUDA_ARCHS"]]
   for arch in theirs:
     number = int(re.fullmatch(r"(?:sm|compute)_(\d+)", arch).group(1))
