@@ -24,11 +24,12 @@ import importlib
 from tf_opt_ops import _keras2
 from tf_opt_ops import ops
 from tf_opt_ops._loader import load_library
+from tf_opt_ops.checkpoints import convert_checkpoint
 from tf_opt_ops._version import __version__
 
 __all__ = [
     "LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks", "ops",
-    "keras_flavor", "__version__"
+    "keras_flavor", "convert_checkpoint", "__version__"
 ]
 
 load_library()

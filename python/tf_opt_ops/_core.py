@@ -208,7 +208,9 @@ class LightSlots:
 LAYOUT_ADVICE = (
     "A checkpoint keeps the slots in the layout of the optimizer that wrote it: construct "
     "LazyAdam with that optimizer's slot_dtype and rowwise_second_moment (its get_config() "
-    "has them; absent means the defaults).")
+    "has them; absent means the defaults), or convert the checkpoint to this optimizer's "
+    "layout with tf_opt_ops.convert_checkpoint(path, new_path, slot_dtype=..., "
+    "rowwise_second_moment=...).")
 
 
 def check_slot_layout(var, m, v, want_dtype, want_v_shape):
@@ -512,8 +514,9 @@ LAZY_ADAM_DOC = """Lazy Adam: sparse gradients update only the rows they name.
   - `seed`: the noise seed, mixed with each variable's name.
 
   The slot layout is part of the checkpoint (each slot's dtype and shape): a
-  checkpoint restores into a LazyAdam of the same options, and one of another
-  layout fails naming the slot and the options to use.
+  checkpoint restores into a LazyAdam of the same options, one of another
+  layout fails naming the slot, and `tf_opt_ops.convert_checkpoint` converts
+  one to another layout.
   """
 
 CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302.09178).

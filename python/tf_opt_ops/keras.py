@@ -89,16 +89,19 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
       return super().build(var_list)
     # Adam's state, in the light slots' dtypes and shapes.
     super(keras.optimizers.Adam, self).build(var_list)
-    self._momentums, self._velocities = [], []
+    momentums, velocities = [], []
     for var in var_list:
       prefix = (var.path if hasattr(var, "path") else str(var.name).split(":")[0]).replace("/", "_")
       dtype = self._light_slots.slot_dtype_for(var).name
-      self._momentums.append(
+      momentums.append(
           self.add_variable(shape=tuple(var.shape), initializer="zeros", dtype=dtype,
                             name=f"{prefix}_momentum"))
-      self._velocities.append(
+      velocities.append(
           self.add_variable(shape=tuple(self._light_slots.v_shape_for(var).as_list()),
                             initializer="zeros", dtype=dtype, name=f"{prefix}_velocity"))
+    # Assigned whole, as Adam.build does: so tracked, the lists are in checkpoints' object
+    # graphs (where convert_checkpoint finds the slots).
+    self._momentums, self._velocities = momentums, velocities
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)

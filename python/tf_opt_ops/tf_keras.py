@@ -138,15 +138,19 @@ class _TfKerasMixin:
     checkpoint may have been written with any sharding, or none). Why: see
     docs/design.md, "Invariants".
     """
+    building = not getattr(self, "_built", False)
     pending = {}
-    if not getattr(self, "_built", False) and any(
-        _core.sharded_container(v) is not None for v in var_list):
+    if building and any(_core.sharded_container(v) is not None for v in var_list):
       pending = dict(self._deferred_dependencies)
       self._deferred_dependencies.clear()
     yield
+    if building:
+      # The children tf_keras cached before the state existed (a restore before the first
+      # step asks for them) lack the slot lists: checkpoints would list the slots in
+      # `_variables` only, where tf_opt_ops.convert_checkpoint cannot tell them apart.
+      self.__dict__.pop("_coalesced_children", None)
     if not pending:
       return
-    self.__dict__.pop("_coalesced_children", None)  # joined from the lists, now complete
     children = self._trackable_children()
     for name, positions in pending.items():
       self._deferred_dependencies[name] = positions

@@ -124,3 +124,105 @@ def test_light_options_are_checked():
     api.LazyAdam(slot_dtype="int8")
   with pytest.raises(ValueError, match="seed must be an integer"):
     api.LazyAdam(slot_dtype="bfloat16", seed=-1)
+
+
+def _slots_by_variable(opt, variables):
+  """[(m, v)] of each of `variables`, as NumPy float64."""
+  if hasattr(opt, "get_slot"):
+    pairs = [(opt.get_slot(var, "m"), opt.get_slot(var, "v")) for var in variables]
+  else:
+    index = {id(var): k for k, var in enumerate(variables)}
+    pairs = [
+        (opt._momentums[index[id(var)]], opt._velocities[index[id(var)]])  # pylint: disable=protected-access
+        for var in variables
+    ]
+  return [tuple(np.asarray(s.numpy(), np.float64) for s in pair) for pair in pairs]
+
+
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_a_converted_checkpoint_restores_into_the_other_layout(flavor, tmp_path):
+  from tf_opt_ops import convert_checkpoint  # pylint: disable=g-import-not-at-top
+  api = common.flavor_module(flavor)
+  variables = _variables(flavor)
+  adam = api.LazyAdam(learning_rate=0.01)
+  _steps(adam, variables, 1, 3)
+  full = _slots_by_variable(adam, variables)
+  path = tf.train.Checkpoint(variables=variables, optimizer=adam).save(str(tmp_path / "adam"))
+
+  # Adam's float32 slots -> bfloat16 m and a row-wise v: cast, row means.
+  light_path = str(tmp_path / "light")
+  assert convert_checkpoint(path, light_path, slot_dtype="bfloat16",
+                            rowwise_second_moment=True) == 2
+  light_variables = _variables(flavor, seed=1)
+  light = api.LazyAdam(learning_rate=0.01, **LIGHT["bf16-m-rowwise-v"])
+  status = tf.train.Checkpoint(variables=light_variables, optimizer=light).restore(light_path)
+  _build_slots(light, light_variables)
+  status.assert_consumed()
+  for (m, v), (want_m, want_v) in zip(_slots_by_variable(light, light_variables), full):
+    bf16 = tf.bfloat16.as_numpy_dtype
+    np.testing.assert_array_equal(m, want_m.astype(np.float32).astype(bf16).astype(np.float64))
+    want_rows = want_v.reshape(len(want_v), -1).mean(axis=1) if want_v.ndim > 1 else want_v
+    np.testing.assert_array_equal(v, want_rows.astype(np.float32).astype(bf16).astype(np.float64))
+  _steps(light, light_variables, 3, 4)
+
+  # And back: float32 slots, each row's v repeated over the row (exact: bfloat16 fits float32).
+  light_slots = _slots_by_variable(light, light_variables)
+  path = tf.train.Checkpoint(variables=light_variables,
+                             optimizer=light).save(str(tmp_path / "light_trained"))
+  back_path = str(tmp_path / "back")
+  convert_checkpoint(path, back_path, slot_dtype="float32", rowwise_second_moment=False)
+  back_variables = _variables(flavor, seed=2)
+  back = api.LazyAdam(learning_rate=0.01)
+  status = tf.train.Checkpoint(variables=back_variables, optimizer=back).restore(back_path)
+  _build_slots(back, back_variables)
+  status.assert_consumed()
+  for (m, v), (light_m, light_v) in zip(_slots_by_variable(back, back_variables), light_slots):
+    np.testing.assert_array_equal(m, light_m)
+    np.testing.assert_array_equal(
+        v, np.broadcast_to(light_v.reshape((-1,) + (1,) * (m.ndim - 1)), m.shape))
+  _steps(back, back_variables, 4, 5)
+
+
+def _build_slots(opt, variables):
+  if hasattr(opt, "_create_all_weights"):  # OptimizerV2: restored slots are made here
+    opt._create_all_weights(variables)  # pylint: disable=protected-access
+  else:
+    opt.build(variables)
+
+
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_converting_a_router_checkpoint_converts_the_adam_slots_only(flavor, tmp_path):
+  from tf_opt_ops import checkpoints  # pylint: disable=g-import-not-at-top
+  api = common.flavor_module(flavor)
+
+  def router(**light):
+    table, bias = _variables(flavor)
+    return api.CompositeOptimizer([(api.LazyAdam(learning_rate=0.01, **light), lambda: [table]),
+                                   (api.ClippyAdagrad(learning_rate=0.01), lambda: [bias])
+                                  ]), [table, bias]
+
+  opt, variables = router()
+  _steps(opt, variables, 1, 3)
+  path = tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(tmp_path / "router"))
+  light_path = str(tmp_path / "light")
+  assert checkpoints.convert_checkpoint(path, light_path, slot_dtype="bfloat16",
+                                        rowwise_second_moment=True) == 1
+  before, after = tf.train.load_checkpoint(path), tf.train.load_checkpoint(light_path)
+  changed = [
+      name for name in before.get_variable_to_dtype_map()
+      if name != "_CHECKPOINTABLE_OBJECT_GRAPH" and not np.array_equal(
+          np.atleast_1d(before.get_tensor(name)).view(np.uint8),
+          np.atleast_1d(after.get_tensor(name)).view(np.uint8))
+  ]
+  assert sorted(changed) == sorted(checkpoints.adam_slot_pairs(path)[0]), changed
+  light, light_variables = router(**LIGHT["bf16-m-rowwise-v"])
+  tf.train.Checkpoint(variables=light_variables, optimizer=light).restore(light_path)
+  _steps(light, light_variables, 3, 4)
+
+
+def test_a_checkpoint_without_adam_slots_is_refused(tmp_path):
+  from tf_opt_ops import checkpoints  # pylint: disable=g-import-not-at-top
+  path = tf.train.Checkpoint(v=tf.Variable([1.0])).save(str(tmp_path / "plain"))
+  with pytest.raises(ValueError, match="holds no Adam slots"):
+    checkpoints.convert_checkpoint(path, str(tmp_path / "out"), slot_dtype="bfloat16",
+                                   rowwise_second_moment=False)

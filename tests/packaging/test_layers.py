@@ -10,7 +10,7 @@ PACKAGE = os.path.join(common.PYTHON_DIR, "tf_opt_ops")
 # docs/design.md, "Layers", from the bottom up (the Python part).
 LAYERS = [
     {"tf_opt_ops_sysconfig", "reference", "_version"},
-    {"_loader", "ops", "_convert"},
+    {"_loader", "ops", "_convert", "checkpoints"},
     {"_core", "_standard_ops"},
     {"_keras2", "_keras3", "_registry", "_hyperparameters", "_restore_hints"},
     {
