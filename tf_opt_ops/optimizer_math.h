@@ -220,36 +220,38 @@ TF_OPT_OPS_HOST_DEVICE RowNoise RowNoiseOf(const AdamStateLayout& layout, int64_
 // magnitude with probability (|x| - lower) / (upper - lower), taking that
 // probability from the 32 random bits `noise`; the result is exact in S.
 // Values S cannot hold finitely (NaN, infinities, beyond S's largest)
-// round to nearest, as Store does.
+// round to nearest, as Store does. Branch-free, so that row loops vectorize:
+// adding random bits below the kept ones carries into them with exactly the
+// wanted probability, and leaves the sign alone (|x| below S's largest
+// cannot carry into it).
 template <typename S>
 TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
   constexpr HalfKind kind = HalfKindOf<S>::value;
   if constexpr (kind == HalfKind::kNone) {
     return Store<S>(x);
   } else {
+    const uint32_t bits = FloatBits(x);
     const float a = Abs<float>(x);
-    float r;
     if constexpr (kind == HalfKind::kBfloat16) {
-      if (!(a < 3.38953139e38f)) return Store<S>(x);  // largest bfloat16
-      // Adding 16 random bits to the 16 bits bfloat16 drops carries into the
-      // kept bits with exactly the wanted probability.
-      r = BitsFloat((FloatBits(a) + (noise >> 16)) & 0xFFFF0000u);
+      const float rounded = BitsFloat((bits + (noise >> 16)) & 0xFFFF0000u);
+      return Store<S>(a < 3.38953139e38f ? rounded : x);  // largest bfloat16
     } else {
-      if (!(a < 65504.0f)) return Store<S>(x);  // largest float16
-      if (a >= 6.103515625e-05f) {              // 2^-14: float16 normals keep 11 bits
-        r = BitsFloat((FloatBits(a) + (noise >> 19)) & ~0x1FFFu);
-      } else {  // float16 subnormals: multiples of 2^-24
-        const float q = a * 16777216.0f;
+      // float16 normals keep 11 significant bits; its subnormals are multiples of
+      // 2^-24, rounded up with probability the fraction of 2^-24 (24 random bits).
+      const float normal = BitsFloat((bits + (noise >> 19)) & ~0x1FFFu);
+      const float q = (a < 6.103515625e-05f ? a : 0.0f) * 16777216.0f;
 #if defined(__CUDA_ARCH__)
-        const float whole = floorf(q);
+      const float whole = floorf(q);
 #else
-        const float whole = std::floor(q);
+      const float whole = std::floor(q);
 #endif
-        const uint32_t fraction = static_cast<uint32_t>((q - whole) * 16777216.0f);
-        r = (whole + ((noise >> 8) < fraction ? 1.0f : 0.0f)) * 5.9604644775390625e-08f;
-      }
+      const uint32_t fraction = static_cast<uint32_t>((q - whole) * 16777216.0f);
+      const float up = (noise >> 8) < fraction ? 1.0f : 0.0f;
+      const float subnormal =
+          BitsFloat(FloatBits((whole + up) * 5.9604644775390625e-08f) | (bits & 0x80000000u));
+      const float rounded = a >= 6.103515625e-05f ? normal : subnormal;
+      return Store<S>(a < 65504.0f ? rounded : x);  // largest float16
     }
-    return Store<S>(BitsFloat(FloatBits(r) | (FloatBits(x) & 0x80000000u)));
   }
 }
 

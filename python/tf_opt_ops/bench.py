@@ -2,6 +2,7 @@
 
     python -m tf_opt_ops.bench [--quick] [--rounds N] [--out bench/results]
     python -m tf_opt_ops.bench --xla     # only Keras 3 LazyAdam with and without XLA
+    python -m tf_opt_ops.bench --light   # only sparse lazy Adam by slot layout
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
@@ -282,6 +283,84 @@ def render_xla(results):
     lines.append(f"| {label} | {fmt(r['fused'])} | {fmt(r['xla'])} | {fmt(r['xla_fallback'])} | "
                  f"{r['xla']['median_ms'] / fused:.2f}× | "
                  f"{r['xla_fallback']['median_ms'] / fused:.1f}× |")
+  return "\n".join(lines)
+
+
+# ------------------------------------------------ LazyAdam's light state
+# Slot layouts timed against float32 slots (`--light`): {name: LazyAdam light options}.
+LIGHT_LAYOUTS = {
+    "float32 m, v": {},
+    "bfloat16 m, v (stochastic rounding)": dict(slot_dtype="bfloat16", stochastic_rounding=True),
+    "bfloat16 m, v (round to nearest)": dict(slot_dtype="bfloat16"),
+    "float32 m, row-wise v": dict(rowwise_second_moment=True),
+    "bfloat16 m, row-wise v (stochastic rounding)":
+        dict(slot_dtype="bfloat16", rowwise_second_moment=True, stochastic_rounding=True),
+}
+SLOT_BYTES = {"bfloat16": 2, "float32": 4}
+
+
+def state_bytes(case, layout):
+  """Bytes of optimizer state per table element: m, and v (one per row when row-wise)."""
+  slot = SLOT_BYTES[layout.get("slot_dtype", "float32")]
+  return slot + (slot / case.dim if layout.get("rowwise_second_moment") else slot)
+
+
+def light_cases(quick):
+  if quick:
+    return [AdamCase(1_000_000, 64, 16_384)]
+  return [AdamCase(1_000_000, d, b) for d in (64, 128) for b in (16_384, 131_072)]
+
+
+def light_bytes(case, layout):
+  """Bytes a step moves: var and the state read and written, the gradient read, the indices."""
+  return case.batch * case.dim * (3 * 4 + 2 * state_bytes(case, layout)) + 8 * case.batch
+
+
+def bench_light_state(case, rounds, seed=0):
+  """The raw op on one table per slot layout (`LIGHT_LAYOUTS`), in interleaved rounds."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  steps = []
+  for _ in range(4):
+    rows = rng.choice(case.rows, case.batch, replace=False)
+    steps.append((tf.constant(rows.astype(np.int64)),
+                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+
+  def variant(layout):
+    slot_dtype = tf.as_dtype(layout.get("slot_dtype", "float32"))
+    table = tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed))
+    m = tf.Variable(tf.zeros((case.rows, case.dim), slot_dtype))
+    v_shape = (case.rows,) if layout.get("rowwise_second_moment") else (case.rows, case.dim)
+    v = tf.Variable(tf.zeros(v_shape, slot_dtype))
+    options = dict(layout, slot_dtype=slot_dtype)
+
+    @tf.function
+    def step(indices, grad):
+      ops.sparse_lazy_adam(table, m, v, grad, indices, beta_1_power=0.9**10,
+                           beta_2_power=0.999**10, step=10, **options)
+
+    return step
+
+  times = time_interleaved({name: variant(layout) for name, layout in LIGHT_LAYOUTS.items()},
+                           steps, rounds)
+  return {name: summary(samples) for name, samples in times.items()}
+
+
+def render_light(results, limit_gbs):
+  lines = [
+      "### Sparse lazy Adam (float32 table) by slot layout: ms per step, median (min–max), "
+      "and share of the bandwidth limit", "",
+      "| case | slots | state bytes/element | ms | share of limit | / float32 slots |",
+      "|---|---|---|---|---|---|"
+  ]
+  for label, (case, r) in results.items():
+    base = r["float32 m, v"]["median_ms"]
+    for name, layout in LIGHT_LAYOUTS.items():
+      ms = r[name]["median_ms"]
+      lines.append(f"| {label} | {name} | {state_bytes(case, layout):.2f} | {fmt(r[name])} | "
+                   f"{share(light_bytes(case, layout), ms, limit_gbs):.0%} | {ms / base:.2f}× |")
   return "\n".join(lines)
 
 
@@ -579,6 +658,8 @@ def main(argv=None):
       "--optimizer", action="store_true",
       help="only the lazy Adam cases timed through the Keras 3 optimizers "
       "(out/optimizer.md)")
+  parser.add_argument("--light", action="store_true",
+                      help="only sparse lazy Adam by slot layout (out/light.md)")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (5 if args.quick else 9)
@@ -604,6 +685,23 @@ def main(argv=None):
     print()
     print(table)
     print(f"\nwrote {os.path.join(args.out, 'xla')}.json, .md in {time.time() - started:.0f} s")
+    return
+  if args.light:
+    print("bandwidth limit ...", flush=True)
+    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    light = {}
+    for case in light_cases(args.quick):
+      print(f"lazy Adam by slot layout, {case.label} ...", flush=True)
+      light[case.label] = (case, bench_light_state(case, rounds))
+      gc.collect()
+    table = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, TensorFlow "
+             f"{tf.__version__}; bandwidth limit {limit:.1f} GB/s.\n\n" +
+             render_light(light, limit))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "light.md"), "w") as f:
+      f.write(table + "\n")
+    print()
+    print(table)
     return
   report = {
       "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
