@@ -139,17 +139,18 @@ TF_OPT_OPS_CALL_LIGHT_TYPES(TF_OPT_OPS_REGISTER_LIGHT_CPU)
 #if GOOGLE_CUDA
 // The hyperparameters are read on the host (HostMemory); var, m, v, grad and
 // indices stay on the device.
-#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                                \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
-                                 .Device(tensorflow::DEVICE_GPU)          \
-                                 .HostMemory("beta1_power")               \
-                                 .HostMemory("beta2_power")               \
-                                 .HostMemory("lr")                        \
-                                 .HostMemory("beta1")                     \
-                                 .HostMemory("beta2")                     \
-                                 .HostMemory("epsilon")                   \
-                                 .TypeConstraint<T>("T")                  \
-                                 .TypeConstraint<Tindex>("Tindices"),     \
+#define TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS \
+  HostMemory("beta1_power")               \
+      .HostMemory("beta2_power")          \
+      .HostMemory("lr")                   \
+      .HostMemory("beta1")                \
+      .HostMemory("beta2")                \
+      .HostMemory("epsilon")
+#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                                                 \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdam")                  \
+                                 .Device(tensorflow::DEVICE_GPU)                           \
+                                 .TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS.TypeConstraint<T>("T") \
+                                 .TypeConstraint<Tindex>("Tindices"),                      \
                              SparseApplyLazyAdamOp<GPUDevice, T, T, Tindex, false>);
 #define TF_OPT_OPS_REGISTER_GPU_T(T) \
   TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)
@@ -158,22 +159,17 @@ TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU_T);
 #undef TF_OPT_OPS_REGISTER_GPU_T
 #undef TF_OPT_OPS_REGISTER_GPU
 
-#define TF_OPT_OPS_REGISTER_LIGHT_GPU(T, S, Tindex)                         \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdamV2") \
-                                 .Device(tensorflow::DEVICE_GPU)            \
-                                 .HostMemory("beta1_power")                 \
-                                 .HostMemory("beta2_power")                 \
-                                 .HostMemory("lr")                          \
-                                 .HostMemory("beta1")                       \
-                                 .HostMemory("beta2")                       \
-                                 .HostMemory("epsilon")                     \
-                                 .HostMemory("step")                        \
-                                 .TypeConstraint<T>("T")                    \
-                                 .TypeConstraint<S>("Tslot")                \
-                                 .TypeConstraint<Tindex>("Tindices"),       \
+#define TF_OPT_OPS_REGISTER_LIGHT_GPU(T, S, Tindex)                                    \
+  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdamV2")            \
+                                 .Device(tensorflow::DEVICE_GPU)                       \
+                                 .TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS.HostMemory("step") \
+                                 .TypeConstraint<T>("T")                               \
+                                 .TypeConstraint<S>("Tslot")                           \
+                                 .TypeConstraint<Tindex>("Tindices"),                  \
                              SparseApplyLazyAdamOp<GPUDevice, T, S, Tindex, true>);
 TF_OPT_OPS_CALL_LIGHT_TYPES(TF_OPT_OPS_REGISTER_LIGHT_GPU)
 #undef TF_OPT_OPS_REGISTER_LIGHT_GPU
+#undef TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS
 #endif  // GOOGLE_CUDA
 
 }  // namespace tf_opt_ops

@@ -4,18 +4,22 @@
 
 namespace tf_opt_ops {
 
+// The inputs both lazy Adam ops have, in their order (V2 adds its step after them).
+#define TF_OPT_OPS_LAZY_ADAM_INPUTS  \
+  Input("var: resource")             \
+      .Input("m: resource")          \
+      .Input("v: resource")          \
+      .Input("beta1_power: Tscalar") \
+      .Input("beta2_power: Tscalar") \
+      .Input("lr: Tscalar")          \
+      .Input("beta1: Tscalar")       \
+      .Input("beta2: Tscalar")       \
+      .Input("epsilon: Tscalar")     \
+      .Input("grad: T")              \
+      .Input("indices: Tindices")
+
 REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam")
-    .Input("var: resource")
-    .Input("m: resource")
-    .Input("v: resource")
-    .Input("beta1_power: Tscalar")
-    .Input("beta2_power: Tscalar")
-    .Input("lr: Tscalar")
-    .Input("beta1: Tscalar")
-    .Input("beta2: Tscalar")
-    .Input("epsilon: Tscalar")
-    .Input("grad: T")
-    .Input("indices: Tindices")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS
     .Attr("T: {half, bfloat16, float, double}")
     // float64 for float64 variables, float32 for every other T: bfloat16
     // cannot hold beta2 = 0.999 (it rounds to 1.0).
@@ -70,18 +74,7 @@ use_locking: hold the variables' locks for the whole update.
 )doc");
 
 REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamV2")
-    .Input("var: resource")
-    .Input("m: resource")
-    .Input("v: resource")
-    .Input("beta1_power: Tscalar")
-    .Input("beta2_power: Tscalar")
-    .Input("lr: Tscalar")
-    .Input("beta1: Tscalar")
-    .Input("beta2: Tscalar")
-    .Input("epsilon: Tscalar")
-    .Input("grad: T")
-    .Input("indices: Tindices")
-    .Input("step: int64")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("step: int64")
     .Attr("T: {half, bfloat16, float}")
     .Attr("Tslot: {half, bfloat16, float}")
     .Attr("Tscalar: {float}")

@@ -105,25 +105,19 @@ ClippyStep<C> ClippyStepOf(const C* h) {
 }
 
 // Calls f(S{}) for the slot type of `dtype`, a type the ops allow for
-// slots of a table of type T: T itself, or for tables of half, bfloat16 and
-// float any of those.
+// slots of a table of type T: float64 for float64 tables (only), any other
+// variable type for the others.
 template <typename T, typename F>
 absl::Status ForSlotType(const char* target, XLA_FFI_DataType dtype, F&& f) {
-  if constexpr (std::is_same_v<T, double>) {
-    if (dtype == XLA_FFI_DataType_F64) return f(double{});
-    return Mismatch(target, absl::StrCat("a float64 table with slots of XLA type ", dtype));
-  } else {
-    switch (dtype) {
-      case XLA_FFI_DataType_F16:
-        return f(Eigen::half{});
-      case XLA_FFI_DataType_BF16:
-        return f(Eigen::bfloat16{});
-      case XLA_FFI_DataType_F32:
-        return f(float{});
-      default:
-        return Mismatch(target, absl::StrCat("slots of XLA type ", dtype));
+  return ForVariableType(target, dtype, [&](auto s) {
+    using S = decltype(s);
+    if constexpr (std::is_same_v<T, double> != std::is_same_v<S, double>) {
+      return Mismatch(target, absl::StrCat("a table and its slots of XLA types ",
+                                           std::is_same_v<T, double> ? "F64 and " : "", dtype));
+    } else {
+      return f(s);
     }
-  }
+  });
 }
 
 // Both lazy Adam targets; kLight reads the slots' type and the layout operand.

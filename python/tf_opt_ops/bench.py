@@ -293,8 +293,9 @@ LIGHT_LAYOUTS = {
     "bfloat16 m, v (stochastic rounding)": dict(slot_dtype="bfloat16", stochastic_rounding=True),
     "bfloat16 m, v (round to nearest)": dict(slot_dtype="bfloat16"),
     "float32 m, row-wise v": dict(rowwise_second_moment=True),
-    "bfloat16 m, row-wise v (stochastic rounding)":
-        dict(slot_dtype="bfloat16", rowwise_second_moment=True, stochastic_rounding=True),
+    "bfloat16 m, row-wise v (stochastic rounding)": dict(slot_dtype="bfloat16",
+                                                         rowwise_second_moment=True,
+                                                         stochastic_rounding=True),
 }
 SLOT_BYTES = {"bfloat16": 2, "float32": 4}
 
@@ -338,13 +339,13 @@ def bench_light_state(case, rounds, seed=0):
 
     @tf.function
     def step(indices, grad):
-      ops.sparse_lazy_adam(table, m, v, grad, indices, beta_1_power=0.9**10,
-                           beta_2_power=0.999**10, step=10, **options)
+      ops.sparse_lazy_adam(table, m, v, grad, indices, beta_1_power=0.9**10, beta_2_power=0.999**10,
+                           step=10, **options)
 
     return step
 
-  times = time_interleaved({name: variant(layout) for name, layout in LIGHT_LAYOUTS.items()},
-                           steps, rounds)
+  times = time_interleaved({name: variant(layout) for name, layout in LIGHT_LAYOUTS.items()}, steps,
+                           rounds)
   return {name: summary(samples) for name, samples in times.items()}
 
 

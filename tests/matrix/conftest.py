@@ -51,19 +51,12 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
   import keras  # pylint: disable=g-import-not-at-top
+  import peer_runner  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
 
-  versions = [f"tensorflow {tf.__version__}", f"keras {keras.__version__}"]
-  for dist in ("tf-keras", "tensorflow-addons", "tensorflow-recommenders"):
-    try:
-      versions.append(f"{dist} {importlib.metadata.version(dist)}")
-    except importlib.metadata.PackageNotFoundError:
-      versions.append(f"{dist} absent")
-  return [
-      f"matrix: tf_opt_ops {tf_opt_ops.__version__} from {os.path.dirname(tf_opt_ops.__file__)}",
-      "matrix: " + ", ".join(versions)
-  ]
+  return peer_runner.report_header("matrix",
+                                   [f"tensorflow {tf.__version__}", f"keras {keras.__version__}"],
+                                   ["tf-keras", "tensorflow-addons", "tensorflow-recommenders"])
 
 
 @pytest.fixture(scope="session")

@@ -208,3 +208,20 @@ def tf_addons_lazy_adam_test():
         "`git clone --bare <tensorflow/addons repository URL> DIR`), or point "
         "TF_OPT_OPS_TFA_GIT_DIR at such a clone.")
   return {"lazy_adam_test.py": source}
+
+
+def report_header(suite, versions, dists):
+  """The pytest report header of a suite: where tf_opt_ops comes from, `versions` (strings)
+  and the installed version of each of `dists` (or "absent")."""
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  versions = list(versions)
+  for dist in dists:
+    try:
+      versions.append(f"{dist} {importlib.metadata.version(dist)}")
+    except importlib.metadata.PackageNotFoundError:
+      versions.append(f"{dist} absent")
+  return [
+      f"{suite}: tf_opt_ops {tf_opt_ops.__version__} from {os.path.dirname(tf_opt_ops.__file__)}",
+      f"{suite}: {', '.join(versions)}"
+  ]

@@ -12,7 +12,6 @@ serialization names (`merlin.models>MultiOptimizer`) as aliases of its classes, 
 Merlin's entries, which Merlin, imported later, would override in turn.
 """
 
-import importlib.metadata
 import os
 import sys
 
@@ -55,20 +54,13 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+  import peer_runner  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
 
-  versions = [f"tensorflow {tf.__version__}"]
-  for dist in ("tf-keras", "tensorflow-recommenders", "tensorflow-addons", "merlin-models",
-               "merlin-core", "merlin-dataloader"):
-    try:
-      versions.append(f"{dist} {importlib.metadata.version(dist)}")
-    except importlib.metadata.PackageNotFoundError:
-      versions.append(f"{dist} absent")
-  return [
-      f"peers: tf_opt_ops {tf_opt_ops.__version__} from {os.path.dirname(tf_opt_ops.__file__)}",
-      f"peers: {', '.join(versions)}; shim from {PEERS_DIR}"
-  ]
+  return peer_runner.report_header("peers", [f"tensorflow {tf.__version__}"], [
+      "tf-keras", "tensorflow-recommenders", "tensorflow-addons", "merlin-models", "merlin-core",
+      "merlin-dataloader"
+  ]) + [f"peers: shim from {PEERS_DIR}"]
 
 
 @pytest.fixture(scope="session")

@@ -270,6 +270,15 @@ def test_merlin_config_loads_with_the_same_routing_of_named_layers(mm, make_mode
   assert item_dense and all(ours_routes[i] == ("SGD", 0.3) for i in item_dense)
 
 
+def _assert_first_step_raises(router, model, match):
+  """The router's first step on `model` (built on inputs of width 3) raises ValueError `match`."""
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(model(tf.ones((2, 3))))
+  grads = tape.gradient(loss, model.trainable_variables)
+  with pytest.raises(ValueError, match=match):
+    router.apply_gradients(zip(grads, model.trainable_variables))
+
+
 @pytest.mark.parametrize("name", FLAVORS)
 def test_merlin_config_whose_blocks_claim_nothing_raises_at_the_first_step(name, mm):
   # Variables inside a Sequential are not named after it: Merlin's config (blocks
@@ -285,13 +294,8 @@ def test_merlin_config_whose_blocks_claim_nothing_raises_at_the_first_step(name,
   _, tower = sequential(0)
   config = mm.MultiOptimizer([mm.OptimizerBlocks(L.Adam(0.05), [tower])],
                              default_optimizer=L.SGD(0.1)).get_config()
-  ours = FLAVORS[name].MultiOptimizer.from_config(config)
-  model, _ = sequential(0)
-  with tf.GradientTape() as tape:
-    loss = tf.reduce_sum(model(tf.ones((2, 3))))
-  grads = tape.gradient(loss, model.trainable_variables)
-  with pytest.raises(ValueError, match="layer name 'tower'.*claims no variable"):
-    ours.apply_gradients(zip(grads, model.trainable_variables))
+  _assert_first_step_raises(FLAVORS[name].MultiOptimizer.from_config(config),
+                            sequential(0)[0], "layer name 'tower'.*claims no variable")
 
 
 @pytest.mark.parametrize("name", FLAVORS)
@@ -309,13 +313,8 @@ def test_merlin_config_block_whose_name_two_layers_share_raises(name, mm):
   _, towers = two_towers()
   config = mm.MultiOptimizer([mm.OptimizerBlocks(L.Adam(0.05), [towers[1].layers[0]])],
                              default_optimizer=L.SGD(0.1)).get_config()
-  ours = FLAVORS[name].MultiOptimizer.from_config(config)
-  model, _ = two_towers()
-  with tf.GradientTape() as tape:
-    loss = tf.reduce_sum(model(tf.ones((2, 3))))
-  grads = tape.gradient(loss, model.trainable_variables)
-  with pytest.raises(ValueError, match="layer name 'dense'.*is ambiguous"):
-    ours.apply_gradients(zip(grads, model.trainable_variables))
+  _assert_first_step_raises(FLAVORS[name].MultiOptimizer.from_config(config),
+                            two_towers()[0], "layer name 'dense'.*is ambiguous")
 
 
 @pytest.mark.parametrize("name", FLAVORS)
