@@ -317,9 +317,16 @@ template <typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C RowMeanSquare(const G* TF_OPT_OPS_RESTRICT g, int64_t n) {
   C lanes[kMeanLanes];
   for (int l = 0; l < kMeanLanes; ++l) lanes[l] = C(0);
-  for (int64_t j = 0; j < n; ++j) {
-    const C x = Load<C>(g[j]);
-    lanes[j % kMeanLanes] += x * x;
+  int64_t j = 0;
+  for (; j + kMeanLanes <= n; j += kMeanLanes) {  // whole chunks: a loop over lanes vectorizes
+    for (int l = 0; l < kMeanLanes; ++l) {
+      const C x = Load<C>(g[j + l]);
+      lanes[l] += x * x;
+    }
+  }
+  for (int l = 0; j + l < n; ++l) {
+    const C x = Load<C>(g[j + l]);
+    lanes[l] += x * x;
   }
   return ButterflyLaneSum<C>(lanes) / static_cast<C>(n);
 }
