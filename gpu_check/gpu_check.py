@@ -179,8 +179,10 @@ class CudaBackend:
   def lazy_adam_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
                     hyper, d_scratch, scratch_bytes, layout=None):
     """`layout`: the light slot state (reference.AdamStateLayout keys), or None."""
-    layout = dict(slot_dtype=dtype, rowwise_second_moment=False, stochastic_rounding=False, seed=0,
-                  step=0, **(layout or {}))
+    layout = {
+        "slot_dtype": dtype, "rowwise_second_moment": False, "stochastic_rounding": False,
+        "seed": 0, "step": 0, **(layout or {})
+    }
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
     self.check(
         self.lib.tfo_sparse_lazy_adam(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n,
@@ -319,14 +321,18 @@ class TfCpuBackend:
         raise
       return (int(found.group(1)), int(found.group(2)))
 
-  def lazy_adam(self, dtype, var, m, v, grad, indices, hyper):
+  def lazy_adam(self, dtype, var, m, v, grad, indices, hyper, layout=None):
+    layout = dict(layout or {})
+    slot_dtype = layout.pop("slot_dtype", dtype)
     with self.tf.device("/CPU:0"):
-      tv, tm, tvv, g = (self._var(x, dtype) for x in (var, m, v, grad))
+      tv, g = self._var(var, dtype), self._var(grad, dtype)
+      tm, tvv = self._var(m, slot_dtype), self._var(v, slot_dtype)
       bad = self._bad(lambda: self.ops.sparse_lazy_adam(tv, tm, tvv, g.read_value(
       ), self.tf.constant(indices), beta_1_power=hyper["beta1_power"], beta_2_power=hyper[
-          "beta2_power"], lr=hyper["lr"], beta_1=hyper["beta1"], beta_2=hyper["beta2"], epsilon=
-                                                        hyper["epsilon"]))
-      return self._get(tv, dtype), self._get(tm, dtype), self._get(tvv, dtype), bad
+          "beta2_power"], lr=hyper["lr"], beta_1=hyper["beta1"], beta_2=hyper[
+              "beta2"], epsilon=hyper["epsilon"], slot_dtype=self.tf.as_dtype(slot_dtype), **layout)
+                     )
+      return (self._get(tv, dtype), self._get(tm, slot_dtype), self._get(tvv, slot_dtype), bad)
 
   def clippy(self, dtype, var, accum, grad, indices, hyper):
     with self.tf.device("/CPU:0"):
@@ -428,6 +434,38 @@ def check_lazy_adam(backend, report, rng):
         untouched = np.setdiff1d(np.arange(num_rows), idx)
         report.check(np.array_equal(got[0][untouched], var[untouched]),
                      f"{name} untouched rows unchanged")
+
+
+LIGHT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def check_light_state(backend, report, rng):
+  """Light slots (op ResourceSparseApplyLazyAdamV2): every table/slot dtype pair, row-wise v or
+  not, rounded stochastically or to nearest, bit for bit against the reference (the CPU kernels
+  are held to it in tests/ops/test_light_state_op.py)."""
+  for dtype in LIGHT_DTYPES:
+    for slot_dtype in LIGHT_DTYPES:
+      for rowwise in (False, True):
+        for stochastic in (False, True):
+          layout = dict(slot_dtype=slot_dtype, rowwise_second_moment=rowwise,
+                        stochastic_rounding=stochastic, seed=1234, step=3)
+          for num_rows, dim, n, kind in CASES:
+            name = (f"light lazy_adam {dtype}/{slot_dtype} rowwise={rowwise} "
+                    f"stochastic={stochastic} {num_rows}x{dim} n={n} {kind}")
+            var = reference.random_values(rng, (num_rows, dim), dtype)
+            m = reference.random_values(rng, (num_rows, dim), slot_dtype, -0.01, 0.01)
+            v_shape = (num_rows,) if rowwise else (num_rows, dim)
+            v = reference.random_values(rng, v_shape, slot_dtype, 0, 1e-4)
+            grad = reference.random_values(rng, (n, dim), dtype, -1e-2, 1e-2)
+            idx = _indices(rng, n, num_rows, np.int64, kind)
+            want = reference.sparse_lazy_adam(var, m, v, grad, idx, dtype, **ADAM, **layout)
+            got = backend.lazy_adam(dtype, var, m, v, grad, idx, ADAM, layout)
+            report.check(got[3][0] == -1, name + " no index error", str(got[3]))
+            for what, g, w in zip(("var", "m", "v"), got[:3], want):
+              report.check(
+                  np.array_equal(np.asarray(g).view(np.uint8),
+                                 np.asarray(w).view(np.uint8)), f"{name} {what} exact",
+                  f"{int(np.sum(np.asarray(g) != np.asarray(w)))} elements differ")
 
 
 def check_bad_indices(backend, report, rng):
@@ -746,8 +784,8 @@ def main(argv=None):
   print(f"gpu_check: {name}, {free_bytes / 2**30:.1f} GiB free, backend {args.backend}")
   report = Report()
   rng = np.random.default_rng(0)
-  for title, fn in (("lazy Adam", check_lazy_adam), ("bad indices", check_bad_indices),
-                    ("Clippy Adagrad", check_clippy)):
+  for title, fn in (("lazy Adam", check_lazy_adam), ("light state", check_light_state),
+                    ("bad indices", check_bad_indices), ("Clippy Adagrad", check_clippy)):
     print(f"- {title}", flush=True)
     try:
       fn(backend, report, rng)

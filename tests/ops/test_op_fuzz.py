@@ -41,8 +41,13 @@ EXAMPLES_PER_OP = int(os.environ.get("TF_OPT_OPS_FUZZ_EXAMPLES", "40"))
 CALL_TIMEOUT_S = 120
 
 OPS = ("lazy_adam", "clippy", "sparse_clippy")
+# Lazy Adam with light slots (op ResourceSparseApplyLazyAdamV2): fuzzed too, its dtypes (no
+# float64) and layout drawn; the named regressions below are for the three ops above.
+FUZZ_OPS = OPS + ("lazy_adam_v2",)
+LIGHT_DTYPES = ("float16", "bfloat16", "float32")
 SLOTS = {
-    "lazy_adam": ("var", "m", "v"), "clippy": ("var", "accum"), "sparse_clippy": ("var", "accum")
+    "lazy_adam": ("var", "m", "v"), "lazy_adam_v2": ("var", "m", "v"), "clippy": ("var", "accum"),
+    "sparse_clippy": ("var", "accum")
 }
 HYPERS = {
     "lazy_adam": ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"),
@@ -50,6 +55,7 @@ HYPERS = {
                "absolute_threshold"),
 }
 HYPERS["sparse_clippy"] = HYPERS["clippy"]
+HYPERS["lazy_adam_v2"] = HYPERS["lazy_adam"]
 
 # ------------------------------------------------------------------ the worker
 # Runs in its own process: builds the tensors of one case, calls the op, and
@@ -93,11 +99,18 @@ def _worker_call(tf, lib, case):
   kwargs = dict(zip(SLOTS[case["op"]], handles), grad=grad, **hypers)
   if case["op"] != "clippy":
     kwargs["indices"] = tf.constant(case["indices"], tf.as_dtype(case["index_dtype"]))
-  if case["op"] != "lazy_adam":
+  if case["op"] == "lazy_adam_v2":
+    kwargs.update(step=tf.constant(case["light"]["step"], tf.int64),
+                  Tslot=tf.as_dtype(case["light"]["slot_dtype"]),
+                  rowwise_second_moment=case["light"]["rowwise_second_moment"],
+                  stochastic_rounding=case["light"]["stochastic_rounding"],
+                  seed=case["light"]["seed"])
+  elif case["op"] != "lazy_adam":
     kwargs.update(clip_accumulator_update=case["flags"][0],
                   use_standard_accumulator_update=case["flags"][1])
   op = {
       "lazy_adam": lib.tf_opt_ops_resource_sparse_apply_lazy_adam,
+      "lazy_adam_v2": lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2,
       "clippy": lib.tf_opt_ops_resource_apply_clippy_adagrad,
       "sparse_clippy": lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad,
   }[case["op"]]
@@ -113,7 +126,7 @@ def _worker_call(tf, lib, case):
       out = fn() if fn is not None else None
     else:
       out = op(**kwargs)
-    if out is not None and case["op"] != "lazy_adam":
+    if out is not None and not case["op"].startswith("lazy_adam"):
       result["scale"] = float(out.numpy())
   except tf.errors.OpError as e:
     result.update(outcome="error", error=type(e).__name__, message=str(e)[:2000])
@@ -229,7 +242,8 @@ FAULTS = ("slot_dtype", "grad_dtype", "hyper_dtype", "slot_shape", "grad_shape",
 @st.composite
 def cases(draw, op):
   sparse = op != "clippy"
-  dtype = draw(st.sampled_from(DTYPES))
+  light = op == "lazy_adam_v2"
+  dtype = draw(st.sampled_from(LIGHT_DTYPES if light else DTYPES))
   # sampled_from, not integers: hypothesis leans to the first choice, and an
   # empty table (or empty indices) should stay a rare case.
   num_rows = draw(st.sampled_from([4, 1, 6, 2, 3, 0, 5])) if sparse else None
@@ -237,8 +251,10 @@ def cases(draw, op):
   shape = [num_rows, *row_shape] if sparse else draw(
       st.lists(st.integers(0, 4), min_size=0, max_size=3))
   applicable = [f for f in FAULTS if sparse or f != "indices_shape"]
-  if op == "lazy_adam":
+  if op.startswith("lazy_adam"):
     applicable.remove("both_flags")
+  if light:  # float32 hyperparameters only: another dtype is refused by the op's signature
+    applicable.remove("hyper_dtype")
   fault = draw(st.one_of(st.none(), st.sampled_from(applicable)))
   indices = None
   if sparse:
@@ -250,8 +266,16 @@ def cases(draw, op):
               index_dtype=draw(st.sampled_from(["int32", "int64"])), graph=draw(st.booleans()),
               flags=draw(st.sampled_from([(False, False), (True, False), (False, True)])),
               seed=draw(st.integers(0, 2**31 - 1)), serial=draw(st.integers(0, 2**62)))
+  if light:
+    case["light"] = dict(slot_dtype=draw(st.sampled_from(LIGHT_DTYPES)),
+                         rowwise_second_moment=draw(st.booleans()),
+                         stochastic_rounding=draw(st.booleans()), seed=draw(st.integers(0, 2**40)),
+                         step=draw(st.integers(1, 10**6)))
   if fault in ("slot_dtype", "grad_dtype", "hyper_dtype"):
-    case["other_dtype"] = draw(st.sampled_from([d for d in DTYPES if d != dtype]))
+    # Another dtype than the one the op was given for it (for a light slot, Tslot).
+    given = case["light"]["slot_dtype"] if light and fault == "slot_dtype" else dtype
+    case["other_dtype"] = draw(
+        st.sampled_from([d for d in (LIGHT_DTYPES if light else DTYPES) if d != given]))
   if fault in ("slot_dtype", "slot_shape", "uninitialized"):
     case["fault_slot"] = draw(st.integers(0 if fault == "uninitialized" else 1, len(SLOTS[op]) - 1))
   if fault == "hyper_shape":
@@ -260,7 +284,7 @@ def cases(draw, op):
 
 
 def _hypers(op, rng):
-  if op == "lazy_adam":
+  if op.startswith("lazy_adam"):
     t = int(rng.integers(1, 20))
     beta1, beta2 = 0.9, 0.999
     return dict(beta1_power=beta1**t, beta2_power=beta2**t, lr=float(rng.uniform(1e-3, 0.5)),
@@ -277,6 +301,11 @@ def build(case):
   op, dtype, shape, fault = case["op"], case["dtype"], tuple(case["shape"]), case["fault"]
   slot_dtypes = [dtype] * len(SLOTS[op])
   slot_shapes = [shape] * len(SLOTS[op])
+  light = case.get("light")
+  if light:
+    slot_dtypes[1:] = [light["slot_dtype"]] * 2
+    if light["rowwise_second_moment"]:
+      slot_shapes[2] = shape[:1]
   grad_dtype = dtype
   hyper_dtype = "float64" if dtype == "float64" else "float32"
   if op == "clippy":
@@ -294,7 +323,8 @@ def build(case):
   elif fault == "hyper_dtype":
     hyper_dtype = "float32" if hyper_dtype == "float64" else "float64"
   elif fault == "slot_shape":
-    slot_shapes[case["fault_slot"]] = (*shape[:-1], shape[-1] + 1) if shape else (2,)
+    wrong = slot_shapes[case["fault_slot"]]
+    slot_shapes[case["fault_slot"]] = (*wrong[:-1], wrong[-1] + 1) if wrong else (2,)
   elif fault == "grad_shape":
     grad_shape = (*grad_shape, 2) if rng.integers(2) or not grad_shape else (*grad_shape[:-1],
                                                                              grad_shape[-1] + 1)
@@ -307,14 +337,15 @@ def build(case):
     flags = (True, True)
   slot_values = []
   for k, (d, s) in enumerate(zip(slot_dtypes, slot_shapes)):
-    low = 0.0 if (op != "lazy_adam" and k == 1) or (op == "lazy_adam" and k == 2) else -1.0
+    adam = op.startswith("lazy_adam")
+    low = 0.0 if (not adam and k == 1) or (adam and k == 2) else -1.0
     slot_values.append(reference.random_values(rng, s, d, low=low))  # accum and v: >= 0
   request = dict(op=op, slot_values=slot_values, slot_dtypes=slot_dtypes,
                  grad=reference.random_values(rng, grad_shape, grad_dtype), grad_dtype=grad_dtype,
                  hypers=hypers, hyper_dtype=hyper_dtype,
                  indices=np.asarray(indices if indices is not None else [], np.int64),
                  index_dtype=case["index_dtype"], flags=flags, graph=case["graph"],
-                 serial=case["serial"],
+                 serial=case["serial"], light=light,
                  uninitialized=case["fault_slot"] if fault == "uninitialized" else None)
   valid = fault is None and (op == "clippy" or all(0 <= i < shape[0] for i in indices))
   return request, valid
@@ -325,13 +356,13 @@ def expected(request, dtype):
   op, values = request["op"], request["slot_values"]
   indices, grad = request["indices"], request["grad"]
   if op != "clippy" and len(indices) == 0:  # nothing touched
-    return values, (None if op == "lazy_adam" else 1.0)
-  if op == "lazy_adam":
+    return values, (None if op.startswith("lazy_adam") else 1.0)
+  if op.startswith("lazy_adam"):
     h = request["hypers"]
     return reference.sparse_lazy_adam(*values, grad, indices, dtype, lr=h["lr"], beta1=h["beta1"],
                                       beta2=h["beta2"], epsilon=h["epsilon"],
-                                      beta1_power=h["beta1_power"],
-                                      beta2_power=h["beta2_power"]), None
+                                      beta1_power=h["beta1_power"], beta2_power=h["beta2_power"],
+                                      **(request["light"] or {})), None
   hyper = dict(request["hypers"], clip_accumulator_update=request["flags"][0],
                use_standard_accumulator_update=request["flags"][1])
   if op == "clippy":
@@ -347,13 +378,13 @@ def check(worker, case):
   if valid:
     assert got["outcome"] == "ok", f"valid call failed: {got['error']}: {got['message']}"
     want, want_scale = expected(request, case["dtype"])
-    rtol, atol = common.TOLERANCE[case["dtype"]]
-    for name, g, w in zip(SLOTS[case["op"]], got["after"], want):
+    for name, g, w, d in zip(SLOTS[case["op"]], got["after"], want, request["slot_dtypes"]):
       assert g.shape == w.shape, name
+      rtol, atol = common.TOLERANCE[d]
       np.testing.assert_allclose(
-          reference.load(g, case["dtype"]).astype(np.float64),
-          reference.load(w, case["dtype"]).astype(np.float64), rtol=rtol, atol=atol, equal_nan=True,
-          err_msg=f"{name} ({case['dtype']})")
+          reference.load(g, d).astype(np.float64),
+          reference.load(w, d).astype(np.float64), rtol=rtol, atol=atol, equal_nan=True,
+          err_msg=f"{name} ({d})")
     if want_scale is not None:
       np.testing.assert_allclose(got["scale"], want_scale,
                                  rtol=0 if case["dtype"] == "float64" else 1e-6, equal_nan=True)
@@ -373,7 +404,7 @@ FUZZ_SETTINGS = settings(max_examples=EXAMPLES_PER_OP, deadline=None, derandomiz
                          suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("op", FUZZ_OPS)
 def test_no_input_kills_the_process(worker, op):
 
   @FUZZ_SETTINGS

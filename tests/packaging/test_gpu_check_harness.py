@@ -124,19 +124,26 @@ class FakeLib:
     return idx, bad.size == 0
 
   def _tfo_sparse_lazy_adam(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
-                            lr, beta1, beta2, eps, b1p, b2p, scratch, sbytes, bad_pos, bad_idx):
-    dt = DTYPES[dtype]
+                            lr, beta1, beta2, eps, b1p, b2p, slot_dtype, rowwise, stochastic, seed,
+                            step, scratch, sbytes, bad_pos, bad_idx):
+    dt, st = DTYPES[dtype], DTYPES[slot_dtype]
     idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
     if not ok:
       return 0
     assert sbytes >= 64 * n
-    views = [self._view(p, num_rows * dim, dt) for p in (d_var, d_m, d_v)]
+    v_shape = (num_rows,) if rowwise else (num_rows, dim)
+    views = [
+        self._view(d_var, num_rows * dim, dt).reshape(num_rows, dim),
+        self._view(d_m, num_rows * dim, st).reshape(num_rows, dim),
+        self._view(d_v, int(np.prod(v_shape)), st).reshape(v_shape)
+    ]
     grad = self._view(d_grad, n * dim, dt).reshape(n, dim)
-    out = reference.sparse_lazy_adam(*(v.reshape(num_rows, dim) for v in views), grad, idx, dt,
-                                     lr=lr, beta1=beta1, beta2=beta2, epsilon=eps, beta1_power=b1p,
-                                     beta2_power=b2p)
+    out = reference.sparse_lazy_adam(*views, grad, idx, dt, lr=lr, beta1=beta1, beta2=beta2,
+                                     epsilon=eps, beta1_power=b1p, beta2_power=b2p, slot_dtype=st,
+                                     rowwise_second_moment=bool(rowwise),
+                                     stochastic_rounding=bool(stochastic), seed=seed, step=step)
     for view, new in zip(views, out):
-      view[:] = new.ravel()
+      view[...] = new
     return 0
 
   def _hyper(self, lr, eps, vrt, art, at, clip, std):
@@ -190,6 +197,7 @@ def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   assert rc == 0, printed
   assert "gpu_check: PASSED" in printed
   assert "64-bit offsets lazy_adam var" in out_json.read_text()
+  assert "light lazy_adam float32/bfloat16 rowwise=True stochastic=True" in out_json.read_text()
   assert "target" in printed and out_json.exists()
   assert not fake.buffers, "the harness leaked device buffers"
 
