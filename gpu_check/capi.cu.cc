@@ -176,7 +176,7 @@ TFO_API int tfo_clippy_adagrad(int dtype, int64_t size, const void* grad, void* 
   const DType t = static_cast<DType>(dtype);
   const ClippyStep<double> step = MakeClippyStep(
       t, lr, epsilon, vrt, art, at, clip_accumulator_update, use_standard_accumulator_update);
-  return tf_opt_ops::gpu::ApplyClippyAdagrad(t, size, grad, var, accum, step, scale, scratch,
+  return tf_opt_ops::gpu::ApplyClippyAdagrad(t, t, size, grad, var, accum, step, scale, scratch,
                                              scratch_bytes, g_stream);
 }
 
@@ -193,7 +193,7 @@ TFO_API int tfo_sparse_clippy_adagrad(int dtype, int index_type, const void* ind
       t, lr, epsilon, vrt, art, at, clip_accumulator_update, use_standard_accumulator_update);
   const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
   return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
-    return tf_opt_ops::gpu::SparseApplyClippyAdagrad(t, rows, grad, var, accum, step, scale,
+    return tf_opt_ops::gpu::SparseApplyClippyAdagrad(t, t, rows, grad, var, accum, step, scale,
                                                      scratch, scratch_bytes, g_stream, bad);
   });
 }

@@ -9,9 +9,10 @@
 namespace tf_opt_ops {
 namespace functor {
 
-// Dense: both passes over every element; writes the scale (a scalar of
-// ComputeT<T>) into `scale`. Inputs were validated by the caller.
-template <typename Device, typename T>
+// Dense: both passes over every element, the accumulator of type A; writes
+// the scale (a scalar of ComputeT<T>) into `scale`. Inputs were validated by
+// the caller.
+template <typename Device, typename T, typename A>
 struct ApplyClippyAdagrad {
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& grad,
                           tensorflow::Tensor* var, tensorflow::Tensor* accum,
@@ -20,7 +21,7 @@ struct ApplyClippyAdagrad {
 
 // Sparse: validates `indices` (non-empty) against var's rows before any write,
 // sums duplicate rows, then both passes over the touched rows.
-template <typename Device, typename T, typename Tindex>
+template <typename Device, typename T, typename A, typename Tindex>
 struct SparseApplyClippyAdagrad {
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& indices,
                           const tensorflow::Tensor& grad, tensorflow::Tensor* var,

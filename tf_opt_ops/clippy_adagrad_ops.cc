@@ -128,6 +128,99 @@ use_standard_accumulator_update: accumulate g * g before the step, as Adagrad do
 scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
 )doc");
 
+// The V2 ops: the accumulator of its own dtype (Taccum), rounded stochastically
+// or to nearest; the table of a 16-bit or float32 type.
+#define TF_OPT_OPS_CLIPPY_V2_ATTRS               \
+  Attr("Taccum: {half, bfloat16, float}")        \
+      .Attr("stochastic_rounding: bool = false") \
+      .Attr("seed: int = 0")
+
+REGISTER_OP("TfOptOps>ResourceApplyClippyAdagradV2")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("step: int64")
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle var;
+      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6, 8}, &var));
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->Merge(var, c->input(7), &unused));
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Clippy Adagrad with a dense gradient and an accumulator of its own dtype.
+
+The update of ResourceApplyClippyAdagrad (its doc states it), every value
+computed in float32, with accum of dtype Taccum: a float16 or bfloat16
+accumulator halves a float32 table's state, a float32 one keeps a 16-bit
+table's accumulator from losing small increments. With stochastic_rounding,
+a 16-bit accumulator is rounded stochastically when stored (as the slots of
+ResourceSparseApplyLazyAdamV2), the noise of element e of the flattened
+accumulator a counter-based hash of (seed, step, e); otherwise to nearest
+even. Only the storage of accum changes: the clipping math reads the stored
+accumulator, as with a table-typed one.
+
+var: the variable, a resource variable of dtype T (half, bfloat16 or float), of any rank.
+accum: the accumulator: a resource variable of dtype Taccum and var's shape.
+lr: the learning rate.
+epsilon: added to accum under the square root.
+variable_relative_threshold: the bound's share of |var|.
+accumulator_relative_threshold: the bound's share of p.
+absolute_threshold: the bound's constant.
+grad: the gradient, of var's shape.
+step: the 1-based step t, which keys the rounding noise with seed.
+T: the dtype of var and grad (half, bfloat16 or float).
+Tscalar: the dtype of the hyperparameters and of scale (float32).
+Taccum: the dtype of accum.
+use_locking: hold the variables' locks for the whole update.
+clip_accumulator_update: accumulate the clipped gradient, (g * scale)^2.
+use_standard_accumulator_update: accumulate g * g before the step, as Adagrad does.
+stochastic_rounding: round a 16-bit accumulator stochastically (else to nearest even).
+seed: keys the rounding noise, with step and the element.
+scale: the clipping scale applied to the whole update, in [0, 1] (or NaN).
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradV2")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Input("step: int64")
+    .Attr("Tindices: {int32, int64}")
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle var;
+      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6, 9}, &var));
+      TF_RETURN_IF_ERROR(CheckSparseGrad(c, var, /*grad_input=*/7, /*indices_input=*/8));
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Sparse Clippy Adagrad with an accumulator of its own dtype; returns the scale.
+
+The update of ResourceSparseApplyClippyAdagrad on the touched rows, with
+accum of dtype Taccum and its rounding as in ResourceApplyClippyAdagradV2
+(element e of the flattened accumulator rounds as in the dense op).
+
+var: the table, a resource variable of dtype T (half, bfloat16 or float), at least 1-D.
+accum: the accumulator: a resource variable of dtype Taccum and var's shape.
+lr: the learning rate.
+epsilon: added to accum under the square root.
+variable_relative_threshold: the bound's share of |var|.
+accumulator_relative_threshold: the bound's share of p.
+absolute_threshold: the bound's constant.
+grad: the gradient rows, of shape [len(indices)] + var.shape[1:].
+indices: the rows of var the gradient rows belong to, a vector; duplicates allowed.
+step: the 1-based step t, which keys the rounding noise with seed.
+T: the dtype of var and grad (half, bfloat16 or float).
+Tscalar: the dtype of the hyperparameters and of scale (float32).
+Tindices: the dtype of indices.
+Taccum: the dtype of accum.
+use_locking: hold the variables' locks for the whole update.
+clip_accumulator_update: accumulate the clipped gradient, (g * scale)^2.
+use_standard_accumulator_update: accumulate g * g before the step, as Adagrad does.
+stochastic_rounding: round a 16-bit accumulator stochastically (else to nearest even).
+seed: keys the rounding noise, with step and the element.
+scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
+)doc");
+
+#undef TF_OPT_OPS_CLIPPY_V2_ATTRS
 #undef TF_OPT_OPS_CLIPPY_SIGNATURE
 
 }  // namespace tf_opt_ops

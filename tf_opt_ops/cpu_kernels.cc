@@ -16,36 +16,56 @@ namespace {
 
 constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dense Clippy op
 
+// Calls f(std::integral_constant<bool, stochastic>{}), or with false where the
+// slot type S holds every compute value exactly (nothing to round).
+template <typename S, typename F>
+void WithRounding(bool stochastic, F&& f) {
+  if constexpr (HalfKindOf<S>::value != HalfKind::kNone) {
+    if (stochastic) {
+      f(std::true_type{});
+      return;
+    }
+  }
+  f(std::false_type{});
+}
+
 // Clippy's two passes over `count` spans in parallel: span k covers
-// `length(k)` elements of var/accum from `offset(k)` and of the gradient
+// `length(k)` elements of var/accum from `offset(k)` (the flat index of the
+// first, which keys the accumulator's rounding noise) and of the gradient
 // from `grad_offset(k)`. Returns the scale.
-template <typename T, typename G, typename Offset, typename Length, typename GradOffset>
-ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, T* accum, const G* grad, int64_t count,
+template <typename T, typename A, typename G, typename Offset, typename Length, typename GradOffset>
+ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad, int64_t count,
                             int64_t span, Offset offset, Length length, GradOffset grad_offset,
                             const ClippyStep<ComputeT<T>>& step) {
   using C = ComputeT<T>;
   std::mutex mu;
   C min_ratio = C(1);
-  ForEachItem(pool, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 0, 15.0 * span),
-              [&](int64_t begin, int64_t end) {
-                C local = C(1);
-                ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
-                            [&](int64_t k, int64_t o) {
-                              local = ClippyRatioRow(var + o, accum + o, grad + grad_offset(k),
-                                                     length(k), step, local);
-                            });
-                std::lock_guard<std::mutex> lock(mu);
-                min_ratio = NanMin<C>(min_ratio, local);
-              });
-  const C scale = ClippyScale<C>(min_ratio);
-  ForEachItem(
-      pool, count, Eigen::TensorOpCost(3.0 * span * sizeof(T), 2.0 * span * sizeof(T), 15.0 * span),
-      [&](int64_t begin, int64_t end) {
-        ForEachSpan(
-            begin, end, {TableOf(var), TableOf(accum)}, offset, length, [&](int64_t k, int64_t o) {
-              ClippyApplyRow(var + o, accum + o, grad + grad_offset(k), length(k), scale, step);
-            });
-      });
+  C scale = C(1);
+  const double bytes = span * (2.0 * sizeof(T) + sizeof(A));
+  WithRounding<A>(step.stochastic_rounding, [&](auto stochastic) {
+    constexpr bool kStochastic = decltype(stochastic)::value;
+    ForEachItem(
+        pool, count, Eigen::TensorOpCost(bytes, 0, 15.0 * span), [&](int64_t begin, int64_t end) {
+          C local = C(1);
+          ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
+                      [&](int64_t k, int64_t o) {
+                        local = ClippyRatioRow<kStochastic>(
+                            var + o, accum + o, grad + grad_offset(k), length(k), o, step, local);
+                      });
+          std::lock_guard<std::mutex> lock(mu);
+          min_ratio = NanMin<C>(min_ratio, local);
+        });
+    scale = ClippyScale<C>(min_ratio);
+    ForEachItem(
+        pool, count, Eigen::TensorOpCost(bytes, span * (1.0 * sizeof(T) + sizeof(A)), 15.0 * span),
+        [&](int64_t begin, int64_t end) {
+          ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
+                      [&](int64_t k, int64_t o) {
+                        ClippyApplyRow<kStochastic>(var + o, accum + o, grad + grad_offset(k),
+                                                    length(k), o, scale, step);
+                      });
+        });
+  });
   return scale;
 }
 
@@ -60,19 +80,6 @@ absl::Status GroupAndSumRows(const CpuPool& pool, const SparseGrad<T, Tindex>& g
 }
 
 }  // namespace
-
-// Calls f(std::integral_constant<bool, stochastic>{}), or with false where the
-// slot type S holds every compute value exactly (nothing to round).
-template <typename S, typename F>
-void WithRounding(bool stochastic, F&& f) {
-  if constexpr (HalfKindOf<S>::value != HalfKind::kNone) {
-    if (stochastic) {
-      f(std::true_type{});
-      return;
-    }
-  }
-  f(std::false_type{});
-}
 
 template <typename T, typename S, typename Tindex>
 absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
@@ -119,8 +126,8 @@ absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex
   return absl::OkStatus();
 }
 
-template <typename T>
-ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, T* accum,
+template <typename T, typename A>
+ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, A* accum,
                                const ClippyStep<ComputeT<T>>& step) {
   // The dense variable as contiguous blocks, whatever its shape.
   const auto offset = [](int64_t k) { return k * kBlock; };
@@ -129,9 +136,9 @@ ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad,
                          length, offset, step);
 }
 
-template <typename T, typename Tindex>
+template <typename T, typename A, typename Tindex>
 absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
-                                      T* var, T* accum, const ClippyStep<ComputeT<T>>& step,
+                                      T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
                                       ComputeT<T>* scale) {
   RowGroups groups;
   SummedGradRows<T> grad_rows;
@@ -150,40 +157,33 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
 }
 
 // Every variable type of the ops (half, bfloat16, float, double), with both
-// index types.
-#define TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, Tindex)                                        \
+// index types; S is the type of the slots or the accumulator.
+#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, Tindex)                                           \
   template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                                    \
       const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, S*, const AdamStep<ComputeT<T>>&, \
-      const AdamStateLayout&);
-#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, Tindex)                                            \
-  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, T, Tindex)                                            \
-  template absl::Status SparseApplyClippyAdagrad<T, Tindex>(                                \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, const ClippyStep<ComputeT<T>>&, \
+      const AdamStateLayout&);                                                                \
+  template absl::Status SparseApplyClippyAdagrad<T, S, Tindex>(                               \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, const ClippyStep<ComputeT<T>>&,   \
       ComputeT<T>*);
-#define TF_OPT_OPS_INSTANTIATE(T)                                                       \
-  template ComputeT<T> ApplyClippyAdagrad<T>(const CpuPool&, int64_t, const T*, T*, T*, \
-                                             const ClippyStep<ComputeT<T>>&);           \
-  TF_OPT_OPS_INSTANTIATE_SPARSE(T, int32_t)                                             \
-  TF_OPT_OPS_INSTANTIATE_SPARSE(T, int64_t)
-TF_OPT_OPS_INSTANTIATE(Eigen::half)
-TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16)
-TF_OPT_OPS_INSTANTIATE(float)
-TF_OPT_OPS_INSTANTIATE(double)
-// Light slots (lazy Adam only): a 16-bit or float32 table with slots of
-// another of those types.
-#define TF_OPT_OPS_INSTANTIATE_LIGHT(T, S)        \
-  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, int32_t) \
-  TF_OPT_OPS_INSTANTIATE_LAZY_ADAM(T, S, int64_t)
-TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::half, Eigen::bfloat16)
-TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::half, float)
-TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::bfloat16, Eigen::half)
-TF_OPT_OPS_INSTANTIATE_LIGHT(Eigen::bfloat16, float)
-TF_OPT_OPS_INSTANTIATE_LIGHT(float, Eigen::half)
-TF_OPT_OPS_INSTANTIATE_LIGHT(float, Eigen::bfloat16)
-#undef TF_OPT_OPS_INSTANTIATE_LIGHT
+#define TF_OPT_OPS_INSTANTIATE(T, S)                                                       \
+  template ComputeT<T> ApplyClippyAdagrad<T, S>(const CpuPool&, int64_t, const T*, T*, S*, \
+                                                const ClippyStep<ComputeT<T>>&);           \
+  TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, int32_t)                                             \
+  TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, int64_t)
+TF_OPT_OPS_INSTANTIATE(Eigen::half, Eigen::half)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE(float, float)
+TF_OPT_OPS_INSTANTIATE(double, double)
+// Light state (the V2 ops): a 16-bit or float32 table with slots or an
+// accumulator of another of those types.
+TF_OPT_OPS_INSTANTIATE(Eigen::half, Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE(Eigen::half, float)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, Eigen::half)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, float)
+TF_OPT_OPS_INSTANTIATE(float, Eigen::half)
+TF_OPT_OPS_INSTANTIATE(float, Eigen::bfloat16)
 #undef TF_OPT_OPS_INSTANTIATE
 #undef TF_OPT_OPS_INSTANTIATE_SPARSE
-#undef TF_OPT_OPS_INSTANTIATE_LAZY_ADAM
 
 }  // namespace cpu
 }  // namespace tf_opt_ops

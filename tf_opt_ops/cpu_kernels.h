@@ -39,18 +39,18 @@ absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex
                                  S* m, S* v, const AdamStep<ComputeT<T>>& step,
                                  const AdamStateLayout& layout);
 
-// Dense Clippy Adagrad (op ResourceApplyClippyAdagrad) over `size` elements;
-// returns the scale.
-template <typename T>
-ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, T* accum,
+// Dense Clippy Adagrad (ops ResourceApplyClippyAdagrad and ...V2) over
+// `size` elements, the accumulator of type A; returns the scale.
+template <typename T, typename A>
+ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, A* accum,
                                const ClippyStep<ComputeT<T>>& step);
 
 // Sparse Clippy Adagrad (op ResourceSparseApplyClippyAdagrad): the index
 // check of SparseApplyLazyAdam, then both passes over the distinct rows;
 // writes the scale to `*scale`.
-template <typename T, typename Tindex>
+template <typename T, typename A, typename Tindex>
 absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
-                                      T* var, T* accum, const ClippyStep<ComputeT<T>>& step,
+                                      T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
                                       ComputeT<T>* scale);
 
 }  // namespace cpu

@@ -80,17 +80,17 @@ int SparseApplyLazyAdam(DType dtype, DType slot_dtype, const SparseRows& rows, c
 // Dense Clippy Adagrad over `size` elements: a min-reduction of
 // ClippyRatioElement into `scale` (device memory, float, or double for
 // kDouble), then ClippyApplyElement with that scale. No host round trip.
-int ApplyClippyAdagrad(DType dtype, int64_t size, const void* grad, void* var, void* accum,
-                       const ClippyStep<double>& step, void* scale, void* scratch,
+int ApplyClippyAdagrad(DType dtype, DType accum_dtype, int64_t size, const void* grad, void* var,
+                       void* accum, const ClippyStep<double>& step, void* scale, void* scratch,
                        size_t scratch_bytes, void* stream);
 
 // Sparse Clippy Adagrad: the index check of SparseApplyLazyAdam, then the two
 // passes of the dense launcher over the distinct touched rows (duplicates
 // summed), the scale reduced on the device.
-int SparseApplyClippyAdagrad(DType dtype, const SparseRows& rows, const void* grad, void* var,
-                             void* accum, const ClippyStep<double>& step, void* scale,
-                             void* scratch, size_t scratch_bytes, void* stream,
-                             IndexError* index_error);
+int SparseApplyClippyAdagrad(DType dtype, DType accum_dtype, const SparseRows& rows,
+                             const void* grad, void* var, void* accum,
+                             const ClippyStep<double>& step, void* scale, void* scratch,
+                             size_t scratch_bytes, void* stream, IndexError* index_error);
 
 // Writes 1 into `scale` (device; float, or double for kDouble): the scale of
 // a step that touched nothing.

@@ -30,13 +30,14 @@ inline absl::Status VariableDtypeMismatch(const char* name, tensorflow::DataType
                          "(cast the gradient, or create the slots with the variable's dtype).");
 }
 
-// A slot whose dtype is not the one the op was given for the slots (Tslot).
+// A slot whose dtype is not the one a V2 op was given for it (Tslot for lazy
+// Adam's m and v, Taccum for Clippy's accumulator).
 inline absl::Status SlotDtypeMismatch(const char* name, tensorflow::DataType slot_dtype,
                                       tensorflow::DataType want) {
   return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(slot_dtype),
-                         " but the op's slot dtype (Tslot) is ", tensorflow::DataTypeString(want),
-                         ": create both slots with the slot dtype, or pass the slots' dtype as "
-                         "Tslot.");
+                         " but the op's dtype for it (Tslot or Taccum) is ",
+                         tensorflow::DataTypeString(want),
+                         ": create the slot with that dtype, or pass the slot's dtype to the op.");
 }
 
 // A slot of one value per row of its variable (row-wise v): shape [rows].

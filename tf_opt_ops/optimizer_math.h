@@ -371,7 +371,9 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF
 // ---------------------------------------------------------- Clippy Adagrad
 // Two passes over the touched elements (see the ResourceApplyClippyAdagrad
 // doc): the first finds the per-variable clipping scale (a min-reduction),
-// the second applies the scaled update.
+// the second applies the scaled update. The accumulator has type A: the
+// table's type T, or for ResourceApplyClippyAdagradV2 its own (Taccum),
+// optionally rounded stochastically when stored.
 template <typename C>
 struct ClippyStep {
   C lr;
@@ -381,6 +383,10 @@ struct ClippyStep {
   C absolute_threshold;
   bool clip_accumulator_update;
   bool use_standard_accumulator_update;
+  // V2: round a 16-bit accumulator stochastically, with the noise of flat
+  // element e being ClippyNoise(noise_key, e).
+  bool stochastic_rounding = false;
+  uint32_t noise_key = 0;
 };
 
 // The one conversion of ClippyStep between compute types (as CastStep above).
@@ -392,7 +398,30 @@ TF_OPT_OPS_HOST_DEVICE ClippyStep<To> CastStep(const ClippyStep<From>& s) {
                         static_cast<To>(s.accumulator_relative_threshold),
                         static_cast<To>(s.absolute_threshold),
                         s.clip_accumulator_update,
-                        s.use_standard_accumulator_update};
+                        s.use_standard_accumulator_update,
+                        s.stochastic_rounding,
+                        s.noise_key};
+}
+
+// Clippy's accumulator noise: one key per step (slot 2 of SlotRowKey's
+// scheme), then element e of the flattened accumulator, so that the dense op
+// and the sparse one round an element alike.
+TF_OPT_OPS_HOST_DEVICE uint32_t ClippyNoiseKey(uint64_t seed, int64_t step) {
+  return static_cast<uint32_t>(Mix64(Mix64(seed + 2) ^ static_cast<uint64_t>(step)) >> 32);
+}
+TF_OPT_OPS_HOST_DEVICE uint32_t ClippyNoise(uint32_t key, int64_t e) {
+  const uint64_t element = static_cast<uint64_t>(e);
+  return Mix32(Mix32(key ^ static_cast<uint32_t>(element)) + static_cast<uint32_t>(element >> 32));
+}
+
+// The accumulator value `x` of flat element e, stored.
+template <bool kStochastic, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE A StoreAccum(C x, const ClippyStep<C>& s, int64_t e) {
+  if constexpr (kStochastic) {
+    return StoreStochastic<A>(static_cast<float>(x), ClippyNoise(s.noise_key, e));
+  } else {
+    return Store<A>(x);
+  }
 }
 
 // min() that keeps NaN: once a NaN ratio is seen the scale is NaN, as
@@ -404,17 +433,17 @@ TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
   return b < a ? b : a;
 }
 
-// Pass 1 for one element, up to the ratio: sets max_delta and |delta|. With
-// the standard accumulator update the accumulator is incremented here
-// (before the step), so pass 2 must not add g^2 again. The standard-update
-// flag is a template parameter (= s.use_standard_accumulator_update) so the
-// conditional store leaves the loop.
-template <bool kStandardUpdate, typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void ClippyRatioTerms(const T* var, T* accum, C g, const ClippyStep<C>& s,
-                                             C* max_delta, C* abs_delta) {
+// Pass 1 for one element (flat index e), up to the ratio: sets max_delta and
+// |delta|. With the standard accumulator update the accumulator is
+// incremented here (before the step), so pass 2 must not add g^2 again. The
+// flags are template parameters (= s.use_standard_accumulator_update,
+// s.stochastic_rounding) so the conditional store leaves the loop.
+template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyRatioTerms(const T* var, A* accum, C g, const ClippyStep<C>& s,
+                                             int64_t e, C* max_delta, C* abs_delta) {
   C a = Load<C>(*accum);
   if (kStandardUpdate) {
-    *accum = Store<T>(a + g * g);
+    *accum = StoreAccum<kStochastic, A>(a + g * g, s, e);
     a = Load<C>(*accum);  // pass 2 reads the stored (rounded) value too
   }
   const C p = C(1) / Sqrt<C>(a + s.epsilon);
@@ -430,18 +459,27 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatio(C max_delta, C abs_delta) {
   return abs_delta == C(0) ? C(1) : ratio;
 }
 
-template <bool kStandardUpdate, typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g, const ClippyStep<C>& s) {
+template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const ClippyStep<C>& s,
+                                            int64_t e) {
   C max_delta, abs_delta;
-  ClippyRatioTerms<kStandardUpdate, T, C>(var, accum, g, s, &max_delta, &abs_delta);
+  ClippyRatioTerms<kStandardUpdate, kStochastic, T, A, C>(var, accum, g, s, e, &max_delta,
+                                                          &abs_delta);
   return ClippyRatio<C>(max_delta, abs_delta);
 }
 
-// The same with the flag read at run time (the GPU kernels' form).
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, T* accum, C g, const ClippyStep<C>& s) {
-  return s.use_standard_accumulator_update ? ClippyRatioElement<true, T, C>(var, accum, g, s)
-                                           : ClippyRatioElement<false, T, C>(var, accum, g, s);
+// The same with the flags read at run time (the GPU kernels' form).
+template <typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const ClippyStep<C>& s,
+                                            int64_t e) {
+  if (s.stochastic_rounding) {
+    return s.use_standard_accumulator_update
+               ? ClippyRatioElement<true, true, T, A, C>(var, accum, g, s, e)
+               : ClippyRatioElement<false, true, T, A, C>(var, accum, g, s, e);
+  }
+  return s.use_standard_accumulator_update
+             ? ClippyRatioElement<true, false, T, A, C>(var, accum, g, s, e)
+             : ClippyRatioElement<false, false, T, A, C>(var, accum, g, s, e);
 }
 
 // Final scale from the reduced minimum ratio: min(1, ratio), NaN kept.
@@ -450,34 +488,46 @@ TF_OPT_OPS_HOST_DEVICE C ClippyScale(C min_ratio) {
   return NanMin<C>(C(1), min_ratio);
 }
 
-// Pass 2 for one element, with the scale of the whole variable.
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, T* accum, C g, C scale,
-                                               const ClippyStep<C>& s) {
+// Pass 2 for one element (flat index e), with the scale of the whole variable.
+template <bool kStochastic, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
+                                               const ClippyStep<C>& s, int64_t e) {
   const C a = Load<C>(*accum);
   const C p = C(1) / Sqrt<C>(a + s.epsilon);
   const C delta = s.lr * g * p;
   if (!s.use_standard_accumulator_update) {
     const C g_acc = s.clip_accumulator_update ? g * scale : g;
-    *accum = Store<T>(a + g_acc * g_acc);
+    *accum = StoreAccum<kStochastic, A>(a + g_acc * g_acc, s, e);
   }
   *var = Store<T>(Load<C>(*var) - delta * scale);
 }
 
-// Pass 1 over `n` contiguous elements: NanMin(min_ratio, every ratio).
-// Host compilers run it as kLanes independent minima in a GCC vector, whose
-// compares and selects compile to one vector instruction each; the terms of
-// each ratio are computed in a plain loop first, so the divide and the
-// delta == 0 select are vector operations too. (GCC will not vectorize a
-// floating-point min reduction without fast-math, and with the lanes as
-// arrays it left the loop scalar, or with a masked store and reload, many
-// times slower than pass 2.) The NaN flag is kept apart, as NaN must win. Device
-// code (which has no use for this row loop) gets the plain loop alone.
-template <bool kStandardUpdate, typename T, typename G, typename C>
+// The same with the rounding read at run time (the GPU kernels' form).
+template <typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
+                                               const ClippyStep<C>& s, int64_t e) {
+  if (s.stochastic_rounding) {
+    ClippyApplyElement<true, T, A, C>(var, accum, g, scale, s, e);
+  } else {
+    ClippyApplyElement<false, T, A, C>(var, accum, g, scale, s, e);
+  }
+}
+
+// Pass 1 over `n` contiguous elements, the first of flat index `first`:
+// NanMin(min_ratio, every ratio). Host compilers run it as kLanes
+// independent minima in a GCC vector, whose compares and selects compile to
+// one vector instruction each; the terms of each ratio are computed in a
+// plain loop first, so the divide and the delta == 0 select are vector
+// operations too. (GCC will not vectorize a floating-point min reduction
+// without fast-math, and with the lanes as arrays it left the loop scalar, or
+// with a masked store and reload, many times slower than pass 2.) The NaN
+// flag is kept apart, as NaN must win. Device code (which has no use for this
+// row loop) gets the plain loop alone.
+template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
-                                            T* TF_OPT_OPS_RESTRICT accum,
+                                            A* TF_OPT_OPS_RESTRICT accum,
                                             const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                            const ClippyStep<C>& step, C min_ratio) {
+                                            int64_t first, const ClippyStep<C>& step, C min_ratio) {
   const ClippyStep<C> s = step;  // a local copy: no aliasing with the stores
   C m = min_ratio;
   bool nan = min_ratio != min_ratio;
@@ -490,8 +540,9 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
   for (; j + kLanes <= n; j += kLanes) {
     C max_delta[kLanes], abs_delta[kLanes];
     for (int l = 0; l < kLanes; ++l) {
-      ClippyRatioTerms<kStandardUpdate, T, C>(var + j + l, accum + j + l, Load<C>(g[j + l]), s,
-                                              max_delta + l, abs_delta + l);
+      ClippyRatioTerms<kStandardUpdate, kStochastic, T, A, C>(var + j + l, accum + j + l,
+                                                              Load<C>(g[j + l]), s, first + j + l,
+                                                              max_delta + l, abs_delta + l);
     }
     Lanes md, ad;
     __builtin_memcpy(&md, max_delta, sizeof(md));
@@ -506,30 +557,34 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
   }
 #endif
   for (; j < n; ++j) {
-    const C r = ClippyRatioElement<kStandardUpdate, T, C>(var + j, accum + j, Load<C>(g[j]), s);
+    const C r = ClippyRatioElement<kStandardUpdate, kStochastic, T, A, C>(
+        var + j, accum + j, Load<C>(g[j]), s, first + j);
     m = r < m ? r : m;
     nan = nan || r != r;
   }
   return nan ? C(NAN) : m;
 }
 
-template <typename T, typename G, typename C>
+template <bool kStochastic, typename T, typename A, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
-                                        T* TF_OPT_OPS_RESTRICT accum,
-                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                        A* TF_OPT_OPS_RESTRICT accum,
+                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
                                         const ClippyStep<C>& s, C min_ratio) {
-  return s.use_standard_accumulator_update
-             ? ClippyRatioRowImpl<true, T, G, C>(var, accum, g, n, s, min_ratio)
-             : ClippyRatioRowImpl<false, T, G, C>(var, accum, g, n, s, min_ratio);
+  return s.use_standard_accumulator_update ? ClippyRatioRowImpl<true, kStochastic, T, A, G, C>(
+                                                 var, accum, g, n, first, s, min_ratio)
+                                           : ClippyRatioRowImpl<false, kStochastic, T, A, G, C>(
+                                                 var, accum, g, n, first, s, min_ratio);
 }
 
-// Pass 2 over `n` contiguous elements.
-template <typename T, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, T* TF_OPT_OPS_RESTRICT accum,
-                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n, C scale,
-                                           const ClippyStep<C>& s) {
-  for (int64_t j = 0; j < n; ++j)
-    ClippyApplyElement<T, C>(var + j, accum + j, Load<C>(g[j]), scale, s);
+// Pass 2 over `n` contiguous elements, the first of flat index `first`.
+template <bool kStochastic, typename T, typename A, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
+                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                           C scale, const ClippyStep<C>& s) {
+  for (int64_t j = 0; j < n; ++j) {
+    ClippyApplyElement<kStochastic, T, A, C>(var + j, accum + j, Load<C>(g[j]), scale, s,
+                                             first + j);
+  }
 }
 
 }  // namespace tf_opt_ops

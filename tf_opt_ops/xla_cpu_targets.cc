@@ -104,6 +104,17 @@ ClippyStep<C> ClippyStepOf(const C* h) {
   return ClippyStep<C>{h[0], h[1], h[2], h[3], h[4], h[5] != C(0), h[6] != C(0)};
 }
 
+// The rounding the `layout` operand of a V2 call asks for (xla_targets.h).
+struct Layout {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int64_t flags = 0;
+};
+Layout LayoutOf(const Buffer& operand) {
+  const int64_t* values = static_cast<const int64_t*>(operand.data);
+  return Layout{static_cast<uint64_t>(values[0]), values[1], values[2]};
+}
+
 // Calls f(S{}) for the slot type of `dtype`, a type the ops allow for
 // slots of a table of type T: float64 for float64 tables (only), any other
 // variable type for the others.
@@ -128,11 +139,11 @@ absl::Status SparseLazyAdam(const Call& call) {
   const Buffer var = call.arg(0), grad = call.arg(3), indices = call.arg(4);
   AdamStateLayout layout;
   if (kLight) {
-    const int64_t* values = static_cast<const int64_t*>(call.arg(6).data);
-    layout.seed = static_cast<uint64_t>(values[0]);
-    layout.step = values[1];
-    layout.rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
-    layout.stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
+    const Layout given = LayoutOf(call.arg(6));
+    layout.seed = given.seed;
+    layout.step = given.step;
+    layout.rowwise_second_moment = (given.flags & kLayoutRowwise) != 0;
+    layout.stochastic_rounding = (given.flags & kLayoutStochastic) != 0;
   }
   return ForVariableType(target, var.dtype, [&](auto t) {
     using T = decltype(t);
@@ -155,37 +166,47 @@ absl::Status SparseLazyAdam(const Call& call) {
   });
 }
 
+// Both Clippy targets: the accumulator of the table's type, or with the
+// layout operand (V2 ops) of its own.
+template <bool kSparse>
 absl::Status ClippyAdagrad(const Call& call) {
-  if (absl::Status arity = CheckArity(call, kClippyAdagrad, 4, 3); !arity.ok()) return arity;
+  const char* target = kSparse ? kSparseClippyAdagrad : kClippyAdagrad;
+  const int hyper_index = kSparse ? 4 : 3;
+  const bool light = call.num_args() == hyper_index + 2;
+  if (absl::Status arity = CheckArity(call, target, light ? hyper_index + 2 : hyper_index + 1, 3);
+      !arity.ok()) {
+    return arity;
+  }
   const Buffer var = call.arg(0), grad = call.arg(2);
-  return ForVariableType(kClippyAdagrad, var.dtype, [&](auto t) {
+  return ForVariableType(target, var.dtype, [&](auto t) {
     using T = decltype(t);
     using C = ComputeT<T>;
-    const ClippyStep<C> step = ClippyStepOf(static_cast<const C*>(call.arg(3).data));
-    T* var_data = InPlace<T>(call, 0);
-    T* accum_data = InPlace<T>(call, 1);
-    const xla_ffi::FfiCpuPool pool(call);
-    *static_cast<C*>(call.ret(2).data) = cpu::ApplyClippyAdagrad<T>(
-        pool, var.num_elements(), static_cast<const T*>(grad.data), var_data, accum_data, step);
-    return absl::OkStatus();
-  });
-}
-
-absl::Status SparseClippyAdagrad(const Call& call) {
-  if (absl::Status arity = CheckArity(call, kSparseClippyAdagrad, 5, 3); !arity.ok()) return arity;
-  const Buffer var = call.arg(0), grad = call.arg(2), indices = call.arg(3);
-  return ForVariableType(kSparseClippyAdagrad, var.dtype, [&](auto t) {
-    using T = decltype(t);
-    using C = ComputeT<T>;
-    const ClippyStep<C> step = ClippyStepOf(static_cast<const C*>(call.arg(4).data));
-    return ForIndexType(kSparseClippyAdagrad, indices.dtype, [&](auto i) {
-      using Tindex = decltype(i);
-      T* var_data = InPlaceSparse<T>(call, 0);
-      T* accum_data = InPlaceSparse<T>(call, 1);
+    ClippyStep<C> step = ClippyStepOf(static_cast<const C*>(call.arg(hyper_index).data));
+    if (light) {
+      const Layout layout = LayoutOf(call.arg(hyper_index + 1));
+      step.stochastic_rounding = (layout.flags & kLayoutStochastic) != 0;
+      step.noise_key = ClippyNoiseKey(layout.seed, layout.step);
+    }
+    return ForSlotType<T>(target, call.arg(1).dtype, [&](auto a) {
+      using A = decltype(a);
       const xla_ffi::FfiCpuPool pool(call);
-      return cpu::SparseApplyClippyAdagrad<T, Tindex>(
-          pool, SparseGradOf<T, Tindex>(var, grad, indices), var_data, accum_data, step,
-          static_cast<C*>(call.ret(2).data));
+      C* scale = static_cast<C*>(call.ret(2).data);
+      if constexpr (kSparse) {
+        const Buffer indices = call.arg(3);
+        return ForIndexType(target, indices.dtype, [&](auto i) {
+          using Tindex = decltype(i);
+          T* var_data = InPlaceSparse<T>(call, 0);
+          A* accum_data = InPlaceSparse<A>(call, 1);
+          return cpu::SparseApplyClippyAdagrad<T, A, Tindex>(
+              pool, SparseGradOf<T, Tindex>(var, grad, indices), var_data, accum_data, step, scale);
+        });
+      } else {
+        T* var_data = InPlace<T>(call, 0);
+        A* accum_data = InPlace<A>(call, 1);
+        *scale = cpu::ApplyClippyAdagrad<T, A>(
+            pool, var.num_elements(), static_cast<const T*>(grad.data), var_data, accum_data, step);
+        return absl::OkStatus();
+      }
     });
   });
 }
@@ -205,8 +226,8 @@ std::string RegisterCpuTargets(const XLA_FFI_Api* api) {
   for (const auto& [name, handler] :
        {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<SparseLazyAdam<false>>},
         {kSparseLazyAdamV2, Handler<SparseLazyAdam<true>>},
-        {kClippyAdagrad, Handler<ClippyAdagrad>},
-        {kSparseClippyAdagrad, Handler<SparseClippyAdagrad>}}) {
+        {kClippyAdagrad, Handler<ClippyAdagrad<false>>},
+        {kSparseClippyAdagrad, Handler<ClippyAdagrad<true>>}}) {
     const std::string error = xla_ffi::RegisterHandler(api, name, "Host", handler);
     if (!error.empty()) return error;
   }

@@ -172,6 +172,19 @@ absl::Status WithComputeType(gpu::DType dtype, F&& f) {
   return f(float{});
 }
 
+// The rounding the `layout` operand of a V2 call asks for (xla_targets.h),
+// read on the host.
+absl::Status ReadLayout(GpuCall& gpu_call, const Buffer& operand, void* stream,
+                        AdamStateLayout* layout) {
+  int64_t values[kAdamLayoutValues];
+  absl::Status status = gpu_call.Hyperparameters(operand, stream, kAdamLayoutValues, values);
+  layout->seed = static_cast<uint64_t>(values[0]);
+  layout->step = values[1];
+  layout->rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
+  layout->stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
+  return status;
+}
+
 // Both lazy Adam targets; kLight reads the slots' type and the layout operand.
 template <bool kLight>
 absl::Status SparseLazyAdam(const Call& call) {
@@ -186,14 +199,7 @@ absl::Status SparseLazyAdam(const Call& call) {
   void* stream = nullptr;
   if (status.ok()) status = gpu_call.Stream(&stream);
   AdamStateLayout layout;
-  if (kLight && status.ok()) {
-    int64_t values[kAdamLayoutValues];
-    status = gpu_call.Hyperparameters(call.arg(6), stream, kAdamLayoutValues, values);
-    layout.seed = static_cast<uint64_t>(values[0]);
-    layout.step = values[1];
-    layout.rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
-    layout.stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
-  }
+  if (kLight && status.ok()) status = ReadLayout(gpu_call, call.arg(6), stream, &layout);
   if (!status.ok()) return status;
   return WithComputeType(dtype, [&](auto c) {
     using C = decltype(c);
@@ -213,18 +219,25 @@ absl::Status SparseLazyAdam(const Call& call) {
   });
 }
 
+// Both Clippy targets: the accumulator of the table's type, or with the
+// layout operand (V2 ops) of its own.
 template <bool kSparse>
 absl::Status ClippyAdagrad(const Call& call) {
   const char* target = kSparse ? kSparseClippyAdagrad : kClippyAdagrad;
   const int hyper_index = kSparse ? 4 : 3;
-  absl::Status status = CheckCall(call, target, hyper_index + 1, 3, 2);
-  gpu::DType dtype;
+  const bool light = call.num_args() == hyper_index + 2;
+  absl::Status status = CheckCall(call, target, hyper_index + (light ? 2 : 1), 3, 2);
+  gpu::DType dtype, accum_dtype;
   if (status.ok()) status = GpuTypeOf(target, call.arg(0).dtype, &dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(1).dtype, &accum_dtype);
   gpu::SparseRows rows;
   if (kSparse && status.ok()) status = SparseRowsOf(target, call.arg(0), call.arg(3), &rows);
   GpuCall gpu_call(call);
   void* stream = nullptr;
   if (status.ok()) status = gpu_call.Stream(&stream);
+  AdamStateLayout layout;
+  if (light && status.ok())
+    status = ReadLayout(gpu_call, call.arg(hyper_index + 1), stream, &layout);
   if (!status.ok()) return status;
   return WithComputeType(dtype, [&](auto c) {
     using C = decltype(c);
@@ -232,8 +245,10 @@ absl::Status ClippyAdagrad(const Call& call) {
     absl::Status read =
         gpu_call.Hyperparameters(call.arg(hyper_index), stream, kClippyHyperparameters, h);
     if (!read.ok()) return read;
-    const ClippyStep<double> step =
-        CastStep<double>(ClippyStep<C>{h[0], h[1], h[2], h[3], h[4], h[5] != C(0), h[6] != C(0)});
+    ClippyStep<C> c_step{h[0], h[1], h[2], h[3], h[4], h[5] != C(0), h[6] != C(0)};
+    c_step.stochastic_rounding = layout.stochastic_rounding;
+    c_step.noise_key = light ? ClippyNoiseKey(layout.seed, layout.step) : 0;
+    const ClippyStep<double> step = CastStep<double>(c_step);
     void* var = call.ret(0).data;
     void* accum = call.ret(1).data;
     void* scale = call.ret(2).data;
@@ -241,18 +256,19 @@ absl::Status ClippyAdagrad(const Call& call) {
     if constexpr (kSparse) {
       return LaunchSparse(gpu_call, dtype, rows, stream, "SparseApplyClippyAdagrad",
                           [&](void* scratch, size_t bytes, gpu::IndexError* bad) {
-                            return gpu::SparseApplyClippyAdagrad(dtype, rows, grad, var, accum,
-                                                                 step, scale, scratch, bytes,
-                                                                 stream, bad);
+                            return gpu::SparseApplyClippyAdagrad(dtype, accum_dtype, rows, grad,
+                                                                 var, accum, step, scale, scratch,
+                                                                 bytes, stream, bad);
                           });
     } else {
       const size_t bytes = gpu::DenseScratchBytes(dtype);
       void* scratch = nullptr;
       absl::Status allocated = gpu_call.Scratch(bytes, &scratch);
       if (!allocated.ok()) return allocated;
-      return CudaStatus(gpu::ApplyClippyAdagrad(dtype, call.arg(0).num_elements(), grad, var, accum,
-                                                step, scale, scratch, bytes, stream),
-                        "ApplyClippyAdagrad");
+      return CudaStatus(
+          gpu::ApplyClippyAdagrad(dtype, accum_dtype, call.arg(0).num_elements(), grad, var, accum,
+                                  step, scale, scratch, bytes, stream),
+          "ApplyClippyAdagrad");
     }
   });
 }

@@ -49,6 +49,8 @@ constexpr char kSparseLazyAdamOp[] = "TfOptOps>ResourceSparseApplyLazyAdam";
 constexpr char kSparseLazyAdamV2Op[] = "TfOptOps>ResourceSparseApplyLazyAdamV2";
 constexpr char kClippyAdagradOp[] = "TfOptOps>ResourceApplyClippyAdagrad";
 constexpr char kSparseClippyAdagradOp[] = "TfOptOps>ResourceSparseApplyClippyAdagrad";
+constexpr char kClippyAdagradV2Op[] = "TfOptOps>ResourceApplyClippyAdagradV2";
+constexpr char kSparseClippyAdagradV2Op[] = "TfOptOps>ResourceSparseApplyClippyAdagradV2";
 
 // The compute type of the hyperparameters: float64 for float64 variables,
 // float32 for every other type (as the OpKernels read them).
@@ -188,6 +190,25 @@ absl::Status ReadVariables(XlaOpKernelContext* ctx, DataType dtype,
   return status;
 }
 
+// The `layout` operand of the V2 targets (xla_targets.h): seed, the scalar
+// step at input `step_input`, flags.
+absl::Status LayoutOperand(XlaOpKernelContext* ctx, int step_input, int64_t seed, int64_t flags,
+                           xla::XlaOp* layout) {
+  TensorShape step_shape;
+  absl::Status status = StaticShape(ctx, step_input, "step", &step_shape);
+  if (!status.ok()) return status;
+  if (!tensorflow::TensorShapeUtils::IsScalar(step_shape)) {
+    return InvalidArgument("step must be a scalar, got shape ", step_shape.DebugString());
+  }
+  xla::XlaBuilder* b = ctx->builder();
+  *layout = xla::ConcatInDim(
+      b,
+      {xla::ConstantR1<int64_t>(b, {seed}), xla::Reshape(ctx->Input(step_input), {1}),
+       xla::ConstantR1<int64_t>(b, {flags})},
+      0);
+  return absl::OkStatus();
+}
+
 absl::Status AssignResults(XlaOpKernelContext* ctx, const std::vector<DataType>& dtypes,
                            xla::XlaOp results) {
   for (int k = 0; k < static_cast<int>(dtypes.size()); ++k) {
@@ -240,18 +261,9 @@ class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[0], grad_shape, indices_shape));
     xla::XlaOp layout;
     if (kLight) {
-      TensorShape step_shape;
-      OP_REQUIRES_OK(ctx, StaticShape(ctx, 11, "step", &step_shape));
-      OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step_shape),
-                  InvalidArgument("step must be a scalar, got shape ", step_shape.DebugString()));
-      xla::XlaBuilder* b = ctx->builder();
       const int64_t flags = (rowwise_ ? xla_targets::kLayoutRowwise : 0) |
                             (stochastic_ ? xla_targets::kLayoutStochastic : 0);
-      layout =
-          xla::ConcatInDim(b,
-                           {xla::ConstantR1<int64_t>(b, {seed_}), xla::Reshape(ctx->Input(11), {1}),
-                            xla::ConstantR1<int64_t>(b, {flags})},
-                           0);
+      OP_REQUIRES_OK(ctx, LayoutOperand(ctx, 11, seed_, flags, &layout));
     }
     if (indices_shape.num_elements() == 0) return;  // nothing to update
     std::vector<xla::Shape> results;
@@ -278,19 +290,30 @@ class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
   int64_t seed_ = 0;
 };
 
-template <bool kSparse>
+// Both Clippy ops and their V2 (kLight: the accumulator of dtype Taccum, and
+// the `layout` operand as lazy Adam V2's: seed, step, kLayoutStochastic).
+template <bool kSparse, bool kLight>
 class ClippyAdagradXla : public tensorflow::XlaOpKernel {
  public:
   explicit ClippyAdagradXla(tensorflow::OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype_));
     OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
                                                         &use_standard_accumulator_update_));
+    accum_dtype_ = dtype_;
+    if (kLight) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("Taccum", &accum_dtype_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+    }
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    TensorShape var_shape, grad_shape, indices_shape;
+    TensorShape grad_shape, indices_shape;
+    std::vector<TensorShape> shapes;
     std::vector<xla::XlaOp> vars;
-    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtype_, {"var", "accum"}, &var_shape, &vars));
+    const std::vector<DataType> dtypes = {dtype_, accum_dtype_};
+    OP_REQUIRES_OK(ctx,
+                   ReadVariables(ctx, dtypes, {"var", "accum"}, /*row_slot=*/-1, &shapes, &vars));
     xla::XlaOp hyper;
     OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_,
                                         {{2, "lr"},
@@ -302,15 +325,13 @@ class ClippyAdagradXla : public tensorflow::XlaOpKernel {
                                          use_standard_accumulator_update_ ? 1.0 : 0.0},
                                         &hyper));
     OP_REQUIRES_OK(ctx, StaticShape(ctx, 7, "grad", &grad_shape));
-    absl::StatusOr<xla::PrimitiveType> type = XlaType(dtype_);
-    OP_REQUIRES_OK(ctx, type.status());
     absl::StatusOr<xla::PrimitiveType> scalar_type = XlaType(ScalarType(dtype_));
     OP_REQUIRES_OK(ctx, scalar_type.status());
     std::vector<xla::XlaOp> operands = {vars[0], vars[1], ctx->Input(7)};
     const char* target = xla_targets::kClippyAdagrad;
     if constexpr (kSparse) {
       OP_REQUIRES_OK(ctx, StaticShape(ctx, 8, "indices", &indices_shape));
-      OP_REQUIRES_OK(ctx, ValidateSparseGrad(var_shape, grad_shape, indices_shape));
+      OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[0], grad_shape, indices_shape));
       if (indices_shape.num_elements() == 0) {  // nothing touched: nothing clipped
         ctx->SetOutput(
             0, xla::ConvertElementType(xla::ConstantR0<float>(ctx->builder(), 1.0f), *scalar_type));
@@ -319,22 +340,35 @@ class ClippyAdagradXla : public tensorflow::XlaOpKernel {
       operands.push_back(ctx->Input(8));
       target = xla_targets::kSparseClippyAdagrad;
     } else {
-      OP_REQUIRES_OK(ctx, ValidateDenseGrad(var_shape, grad_shape));
+      OP_REQUIRES_OK(ctx, ValidateDenseGrad(shapes[0], grad_shape));
     }
     operands.push_back(hyper);
-    const xla::Shape var_xla = RowMajor(*type, var_shape);
-    absl::StatusOr<xla::XlaOp> results = UpdateInPlace(
-        ctx, target, operands,
-        {var_xla, var_xla, xla::ShapeUtil::MakeShapeWithDescendingLayout(*scalar_type, {})}, 2);
-    OP_REQUIRES_OK(ctx, results.status());
-    OP_REQUIRES_OK(ctx, AssignResults(ctx, dtype_, *results, 2));
-    ctx->SetOutput(0, xla::GetTupleElement(*results, 2));
+    if (kLight) {
+      xla::XlaOp layout;
+      OP_REQUIRES_OK(ctx, LayoutOperand(ctx, kSparse ? 9 : 8, seed_,
+                                        stochastic_ ? xla_targets::kLayoutStochastic : 0, &layout));
+      operands.push_back(layout);
+    }
+    std::vector<xla::Shape> results;
+    for (int k = 0; k < 2; ++k) {
+      absl::StatusOr<xla::PrimitiveType> type = XlaType(dtypes[k]);
+      OP_REQUIRES_OK(ctx, type.status());
+      results.push_back(RowMajor(*type, shapes[k]));
+    }
+    results.push_back(xla::ShapeUtil::MakeShapeWithDescendingLayout(*scalar_type, {}));
+    absl::StatusOr<xla::XlaOp> updated = UpdateInPlace(ctx, target, operands, results, 2);
+    OP_REQUIRES_OK(ctx, updated.status());
+    OP_REQUIRES_OK(ctx, AssignResults(ctx, dtypes, *updated));
+    ctx->SetOutput(0, xla::GetTupleElement(*updated, 2));
   }
 
  private:
   DataType dtype_;
+  DataType accum_dtype_;
   bool clip_accumulator_update_;
   bool use_standard_accumulator_update_;
+  bool stochastic_ = false;
+  int64_t seed_ = 0;
 };
 
 template <typename Kernel>
@@ -350,8 +384,10 @@ struct XlaKernel {
 const XlaKernel kKernels[] = {
     {kSparseLazyAdamOp, Create<SparseApplyLazyAdamXla<false>>},
     {kSparseLazyAdamV2Op, Create<SparseApplyLazyAdamXla<true>>},
-    {kClippyAdagradOp, Create<ClippyAdagradXla<false>>},
-    {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true>>},
+    {kClippyAdagradOp, Create<ClippyAdagradXla<false, false>>},
+    {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true, false>>},
+    {kClippyAdagradV2Op, Create<ClippyAdagradXla<false, true>>},
+    {kSparseClippyAdagradV2Op, Create<ClippyAdagradXla<true, true>>},
 };
 
 // True once TensorFlow has turned the XLA op registry into kernels (at its

@@ -16,8 +16,9 @@
 //   lazy Adam V2:  (var, m, v, grad, indices, hyper[6], layout[3]) -> (var, m, v)
 //     slots of their own type (v of shape [rows] when row-wise);
 //     layout (int64): seed, step, flags (kLayoutRowwise | kLayoutStochastic)
-//   Clippy:        (var, accum, grad, hyper[7]) -> (var, accum, scale)
-//   sparse Clippy: (var, accum, grad, indices, hyper[7]) -> (var, accum, scale)
+//   Clippy:        (var, accum, grad, hyper[7][, layout[3]]) -> (var, accum, scale)
+//   sparse Clippy: (var, accum, grad, indices, hyper[7][, layout[3]]) -> (var, accum, scale)
+//     with the layout (V2 ops): accum of its own type, flags kLayoutStochastic
 //     hyper: lr, epsilon, variable_relative_threshold,
 //            accumulator_relative_threshold, absolute_threshold,
 //            clip_accumulator_update, use_standard_accumulator_update

@@ -138,8 +138,8 @@ class LightSlots:
   keep slots of their own dtype and shape. Why: see docs/design.md, "Light state".
   """
 
-  def __init__(self, slot_dtype=None, rowwise_second_moment=False, stochastic_rounding=None,
-               seed=0):
+  def __init__(self, slot_dtype=None, rowwise_second_moment=False, stochastic_rounding=None, seed=0,
+               min_rank=1):
     if slot_dtype is not None:
       name = tf.as_dtype(slot_dtype).name if not isinstance(slot_dtype, str) else slot_dtype
       if name not in _SLOT_DTYPES:
@@ -152,6 +152,7 @@ class LightSlots:
     self.rowwise_second_moment = bool(rowwise_second_moment)
     self.stochastic_rounding = stochastic_rounding
     self.seed = int(seed)
+    self.min_rank = min_rank  # 0 for Clippy's accumulator: its dense op takes scalars too
 
   @property
   def enabled(self):
@@ -162,7 +163,7 @@ class LightSlots:
     """True when `var`'s slots are kept as these options say (not as Adam's)."""
     shape = tf.TensorShape(var.shape)
     return (self.enabled and tf.as_dtype(var.dtype) in _LIGHT_TABLE_DTYPES and
-            shape.rank is not None and shape.rank >= 1)
+            shape.rank is not None and shape.rank >= self.min_rank)
 
   def slot_dtype_for(self, var):
     if self.applies_to(var) and self.slot_dtype is not None:
@@ -213,18 +214,18 @@ LAYOUT_ADVICE = (
     "rowwise_second_moment=...).")
 
 
-def check_slot_layout(var, m, v, want_dtype, want_v_shape):
-  """Raises ValueError when slots `m`, `v` of `var` are not of `want_dtype` and shapes (var's;
-  `want_v_shape` for v): slots a checkpoint of another layout created (OptimizerV2 takes a
-  restored slot's dtype and shape from the checkpoint)."""
+def check_slot_layout(var, slots, want_dtype, want_shapes=None):
+  """Raises ValueError when `slots` ({name: slot}) of `var` are not of `want_dtype` and shapes
+  (var's, or `want_shapes[name]`): slots a checkpoint of another layout created (OptimizerV2
+  takes a restored slot's dtype and shape from the checkpoint)."""
   want_dtype = tf.as_dtype(want_dtype)
-  want = [(want_dtype, tf.TensorShape(var.shape)), (want_dtype, tf.TensorShape(want_v_shape))]
-  for name, slot, (dtype, shape) in zip(("m", "v"), (m, v), want):
-    if tf.as_dtype(slot.dtype) != dtype or tf.TensorShape(slot.shape) != shape:
+  for name, slot in slots.items():
+    shape = tf.TensorShape((want_shapes or {}).get(name, var.shape))
+    if tf.as_dtype(slot.dtype) != want_dtype or tf.TensorShape(slot.shape) != shape:
       raise ValueError(
           f"Slot {name} of {getattr(var, 'name', var)} is {tf.as_dtype(slot.dtype).name}"
-          f"{tf.TensorShape(slot.shape)}, but this LazyAdam keeps it as {dtype.name}{shape}: it "
-          f"was restored from a checkpoint of another slot layout. {LAYOUT_ADVICE}")
+          f"{tf.TensorShape(slot.shape)}, but this optimizer keeps it as {want_dtype.name}{shape}: "
+          f"it was restored from a checkpoint of another slot layout. {LAYOUT_ADVICE}")
 
 
 class LazyAdamMixin:
@@ -263,7 +264,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
     v_shape = tf.TensorShape(var.shape)
     if light and light["rowwise_second_moment"]:
       v_shape = v_shape[:1]
-    check_slot_layout(var, m, v, want_dtype, v_shape)
+    check_slot_layout(var, {"m": m, "v": v}, want_dtype, {"v": v_shape})
   if light is not None:
     return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh)
   if on_mesh:
@@ -288,15 +289,22 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   return _standard_ops.dense_adam(var, m, v, grad, **hypers)
 
 
+def _refuse_light_state_in_standard_ops(what, var, on_mesh):
+  """Raises where only the standard-ops formulation can run (DTensor, XLA without kernels):
+  light state exists only in the V2 ops."""
+  reason = None if on_mesh else (_loader.xla_unavailable(
+      gpu=_on_gpu(var)) if in_xla_context() else None)
+  if on_mesh or reason is not None:
+    where = "under DTensor" if on_mesh else f"inside XLA here ({reason})"
+    raise ValueError(f"{what} (light optimizer state) runs only in its fused op, which cannot "
+                     f"run {where}; use the default state there, or run the step without "
+                     f"jit_compile.")
+
+
 def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh):
   """Lazy Adam with light slots: op ResourceSparseApplyLazyAdamV2, a dense gradient as all rows."""
-  if on_mesh or (in_xla_context() and _loader.xla_unavailable(gpu=_on_gpu(var)) is not None):
-    where = ("under DTensor" if on_mesh else
-             f"inside XLA here ({_loader.xla_unavailable(gpu=_on_gpu(var))})")
-    raise ValueError(
-        f"LazyAdam with light slots (slot_dtype / rowwise_second_moment) runs only in its fused "
-        f"op, which cannot run {where}; use the default slots there, or run the step without "
-        f"jit_compile.")
+  _refuse_light_state_in_standard_ops("LazyAdam with slot_dtype / rowwise_second_moment", var,
+                                      on_mesh)
   if indices is None:
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
@@ -310,7 +318,7 @@ def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking
 def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
                    use_standard_accumulator_update, clipping_factor=None, use_locking=False,
-                   indices=None, scale=None, on_mesh=False):
+                   indices=None, scale=None, on_mesh=False, light=None):
   """Clippy Adagrad on `var` with accumulator `accum`; returns the scale.
 
   The math is the op's (`ops.clippy_adagrad`). A sparse `grad`
@@ -319,10 +327,16 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   values give: the scale of the sharded variable `var` is a shard of (see
   `sharded_clippy_scales`). When `clipping_factor` (a scalar variable) is
   given, the scale is assigned to it. `on_mesh`: as for `lazy_adam` (the
-  scale's minimum is then a reduction over the mesh).
+  scale's minimum is then a reduction over the mesh). `light`: the accumulator
+  options of op ResourceApplyClippyAdagradV2 (`accumulator_dtype`,
+  `stochastic_rounding`, `seed`, `step`) when the accumulator is light.
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
   grad, indices, dtype = _split_gradient(var, grad, indices)
+  if hasattr(accum, "shape") and hasattr(var, "shape"):  # not bare handles
+    check_slot_layout(var, {"accumulator": accum}, light["accumulator_dtype"] if light else dtype)
+  if light is not None:
+    _refuse_light_state_in_standard_ops("ClippyAdagrad with accumulator_dtype", var, on_mesh)
   hypers = dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
                 accumulator_relative_threshold=accumulator_relative_threshold,
                 absolute_threshold=absolute_threshold)
@@ -338,9 +352,10 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
     grad, hypers, flags = _with_given_scale(grad, scale, hypers, flags)
   if indices is not None:
     op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
-                                         **hypers, **flags)
+                                         **hypers, **flags, **(light or {}))
   else:
-    op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags)
+    op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags,
+                                  **(light or {}))
   if scale is not None:
     # The op's own scale is 1 here; the factor and the caller get the given one,
     # once the update has run.
@@ -428,9 +443,12 @@ class ClippyAdagradMixin:
   def _init_clippy(self, *, initial_accumulator_value, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, epsilon,
                    export_clipping_factors, clip_accumulator_update,
-                   use_standard_accumulator_update):
+                   use_standard_accumulator_update, accumulator_dtype=None,
+                   stochastic_rounding=None, seed=0):
     """Checks and keeps every option but the learning rate (each base class keeps that)."""
     _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
+    self._light_accumulator = LightSlots(accumulator_dtype, False, stochastic_rounding, seed,
+                                         min_rank=0)
     check_non_negative(initial_accumulator_value=initial_accumulator_value,
                        variable_relative_threshold=variable_relative_threshold,
                        accumulator_relative_threshold=accumulator_relative_threshold,
@@ -455,7 +473,26 @@ class ClippyAdagradMixin:
         "export_clipping_factors": self.export_clipping_factors,
         "clip_accumulator_update": self.clip_accumulator_update,
         "use_standard_accumulator_update": self.use_standard_accumulator_update,
+        **self._light_accumulator_config(),
     }
+
+  def _light_accumulator_config(self):
+    if not self._light_accumulator.enabled:
+      return {}  # TFRS' config
+    config = self._light_accumulator.config()
+    return dict(accumulator_dtype=config["slot_dtype"],
+                stochastic_rounding=config["stochastic_rounding"], seed=config["seed"])
+
+  def _accumulator_dtype(self, var):
+    """The dtype of `var`'s accumulator (the variable's unless `accumulator_dtype` says)."""
+    return self._light_accumulator.slot_dtype_for(var)
+
+  def _light_accumulator_options(self, var, step):
+    options = self._light_accumulator.op_options(var)
+    if options is None:
+      return None
+    return dict(accumulator_dtype=options["slot_dtype"],
+                stochastic_rounding=options["stochastic_rounding"], seed=options["seed"], step=step)
 
   def _clippy_options(self):
     return dict(epsilon=self.epsilon, variable_relative_threshold=self.variable_relative_threshold,
@@ -475,11 +512,13 @@ class ClippyAdagradMixin:
                                                      **self._clippy_options())
     return grads_and_vars
 
-  def _clippy_apply(self, grad, var, accum, clipping_factor, lr, use_locking=False, indices=None,
-                    key=None, on_mesh=False):
+  def _clippy_apply(self, grad, var, accum, clipping_factor, lr, step, use_locking=False,
+                    indices=None, key=None, on_mesh=False):
+    """`step`: the 1-based step, which keys a light accumulator's rounding noise."""
     scale = self._step_scales.scales.get(key) if key is not None else None
     return clippy_adagrad(var, accum, grad, lr=lr, clipping_factor=clipping_factor,
-                          use_locking=use_locking, indices=indices, scale=scale, on_mesh=on_mesh,
+                          use_locking=use_locking, indices=indices, scale=scale,
+                          on_mesh=on_mesh, light=self._light_accumulator_options(var, step),
                           **self._clippy_options())
 
 
@@ -528,4 +567,15 @@ CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302
   `export_clipping_factors=True` keeps `clipping_factors`, one scalar variable
   per model variable holding the last scale. `clip_accumulator_update` and
   `use_standard_accumulator_update` cannot both be True.
+
+  Light state (op `TfOptOps>ResourceApplyClippyAdagradV2`; float16, bfloat16
+  and float32 variables): `accumulator_dtype` None (the variable's dtype),
+  "bfloat16", "float16" or "float32" keeps the accumulator in that dtype; the
+  math stays float32 and reads the stored accumulator, so the clipping bound
+  (which depends on it) sees what is stored. A bfloat16 accumulator halves a
+  float32 table's state but holds 8 significant bits: an accumulator that has
+  grown large stops taking small g^2 under rounding to nearest, which
+  `stochastic_rounding` (None: on for a 16-bit `accumulator_dtype`) keeps on
+  average, with noise hashed from (`seed`, step, element). float16 overflows
+  past 65504. A checkpoint keeps the accumulator's dtype.
   """

@@ -160,7 +160,8 @@ def _clippy_terms(var, accum, grad, indices, hypers, use_standard_accumulator_up
   stored, g, rows = _gradient(var, grad, indices, masked)
   s = scalar_dtype(stored)
   hypers = clippy_scalars(s, **hypers)
-  w, a = _read(var, stored, rows, s), _read(accum, stored, rows, s)
+  # The accumulator in its own dtype (a light one's may differ from the variable's).
+  w, a = _read(var, stored, rows, s), _read(accum, value_dtype(accum, grad), rows, s)
   if use_standard_accumulator_update:
     a = a + g * g
   p = tf.math.rsqrt(a + hypers["epsilon"])

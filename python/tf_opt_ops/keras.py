@@ -122,7 +122,8 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
                variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
                absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
                clip_accumulator_update=False, use_standard_accumulator_update=False,
-               name="ClippyAdagrad", **kwargs):
+               name="ClippyAdagrad", accumulator_dtype=None, stochastic_rounding=None, seed=0,
+               **kwargs):
     super().__init__(learning_rate=learning_rate, name=name, **kwargs)
     # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
     # the checks and storage are shared.
@@ -132,7 +133,9 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
                       absolute_threshold=absolute_threshold, epsilon=epsilon,
                       export_clipping_factors=export_clipping_factors,
                       clip_accumulator_update=clip_accumulator_update,
-                      use_standard_accumulator_update=use_standard_accumulator_update)
+                      use_standard_accumulator_update=use_standard_accumulator_update,
+                      accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding,
+                      seed=seed)
     self.clipping_factors = []
 
   def build(self, var_list):
@@ -143,11 +146,13 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     self.clipping_factors = []
     initializer = keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
+      # The name add_variable_from_reference gives.
+      ref_name = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
       self._accumulators.append(
-          self.add_variable_from_reference(var, "accumulator", initializer=initializer))
+          self.add_variable(shape=tuple(var.shape), initializer=initializer,
+                            dtype=self._accumulator_dtype(var).name,
+                            name=f"{ref_name.replace('/', '_')}_accumulator"))
       if self.export_clipping_factors:
-        # The name add_variable_from_reference would give; the shape is scalar.
-        ref_name = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
         name = f"{ref_name.replace('/', '_')}_clipping_factor"
         self.clipping_factors.append(
             self.add_variable(shape=(), initializer="zeros", dtype=var.dtype, name=name))
@@ -155,7 +160,8 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
-    self._clippy_apply(gradient, variable, self._accumulators[index], factor, learning_rate)
+    self._clippy_apply(gradient, variable, self._accumulators[index], factor, learning_rate,
+                       step=self.iterations + 1)
 
   def get_config(self):
     config = super().get_config()

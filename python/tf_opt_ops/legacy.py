@@ -61,6 +61,24 @@ class _LegacyMixin:
       # No longer a slot: not listed among the optimizer's weights either.
       self._weights[:] = [w for w in self._weights if w is not whole]
 
+  def _slot_dtype(self, var, slot_name):
+    """The dtype light state gives `var`'s slot `slot_name`, or None (the variable's)."""
+    del var, slot_name
+    return None
+
+  def add_slot(self, var, slot_name, initializer="zeros", shape=None):
+    # Every slot, those a checkpoint restores included, in its dtype (`_slot_dtype`).
+    dtype = self._slot_dtype(var, slot_name)
+    if dtype is not None and not isinstance(var, _keras2.SlotReference):
+      var = _keras2.SlotReference(var, dtype)
+    try:
+      return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
+    except ValueError as e:  # a restored slot of another dtype than this optimizer keeps
+      if "Tensor conversion requested dtype" not in str(e):
+        raise
+      raise ValueError(f"The checkpoint's slot {slot_name!r} of {var.name} does not have the slot "
+                       f"layout of this {type(self).__name__}: {e}. {_core.LAYOUT_ADVICE}") from e
+
   def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
     # The kernels (and the XLA fallback) sum duplicate indices themselves.
     return self._resource_apply_sparse(grad, handle, indices, **kwargs)
@@ -90,24 +108,14 @@ class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam)
   def _create_slots(self, var_list):
     if not self._light_slots.enabled:
       return super()._create_slots(var_list)
-    # Adam's slots (same names and order), in the light slots' shapes.
+    # Adam's slots (same names and order), in the light slots' shapes (and dtypes: add_slot).
     for var in var_list:
       self.add_slot(var, "m")
     for var in var_list:
       self.add_slot(var, "v", shape=self._light_slots.v_shape_for(var))
 
-  def add_slot(self, var, slot_name, initializer="zeros", shape=None):
-    # Every slot, those a checkpoint restores included, in the light slots' dtype.
-    if self._light_slots.enabled and not isinstance(var, _keras2.SlotReference):
-      var = _keras2.SlotReference(var, self._light_slots.slot_dtype_for(var))
-    try:
-      return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
-    except ValueError as e:  # a restored slot of another dtype than this optimizer keeps
-      if "Tensor conversion requested dtype" not in str(e):
-        raise
-      raise ValueError(f"The checkpoint's slot {slot_name!r} of {var.name} does not have the slot "
-                       f"layout of this {type(self).__name__}: {e}. "
-                       f"{_core.LAYOUT_ADVICE}") from e
+  def _slot_dtype(self, var, slot_name):
+    return self._light_slots.slot_dtype_for(var) if self._light_slots.applies_to(var) else None
 
   def _apply(self, grad, var, indices=None):
     return _core.lazy_adam(var, self.get_slot(var, "m"), self.get_slot(var, "v"), grad,
@@ -136,7 +144,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
                variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
                absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
                clip_accumulator_update=False, use_standard_accumulator_update=False,
-               name="ClippyAdagrad", **kwargs):
+               name="ClippyAdagrad", accumulator_dtype=None, stochastic_rounding=None, seed=0,
+               **kwargs):
     # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
     # the checks and storage are shared.
     self._init_clippy(initial_accumulator_value=initial_accumulator_value,
@@ -145,7 +154,9 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
                       absolute_threshold=absolute_threshold, epsilon=epsilon,
                       export_clipping_factors=export_clipping_factors,
                       clip_accumulator_update=clip_accumulator_update,
-                      use_standard_accumulator_update=use_standard_accumulator_update)
+                      use_standard_accumulator_update=use_standard_accumulator_update,
+                      accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding,
+                      seed=seed)
     super().__init__(name, **kwargs)
     self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
     self._set_hyper("decay", self._initial_decay)
@@ -154,11 +165,16 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
 
   def _create_slots(self, var_list):
     for var in var_list:
-      dtype = var.dtype.base_dtype
-      self.add_slot(var, "accumulator",
-                    tf.compat.v1.constant_initializer(self.initial_accumulator_value, dtype=dtype))
+      self.add_slot(
+          var, "accumulator",
+          tf.compat.v1.constant_initializer(self.initial_accumulator_value,
+                                            dtype=self._accumulator_dtype(var)))
       if self.export_clipping_factors:
         self._add_clipping_factor(var)
+
+  def _slot_dtype(self, var, slot_name):
+    light = self._light_accumulator
+    return self._accumulator_dtype(var) if light.applies_to(var) else None
 
   def _add_clipping_factor(self, var):
     """A scalar zeros weight of `var`'s dtype, keyed like `var`'s slots; one for
@@ -228,7 +244,8 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
   def _apply(self, grad, var, indices=None):
     factor = self._get_clipping_factor(var) if self.export_clipping_factors else None
     return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor, self._lr(var),
-                              use_locking=self._use_locking, indices=indices, key=_var_key(var))
+                              use_locking=self._use_locking, indices=indices, key=_var_key(var),
+                              step=self.iterations + 1)
 
   def _resource_apply_dense(self, grad, var, apply_state=None):
     return self._apply(grad, var)

@@ -26,7 +26,10 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdamV2",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
+    "TfOptOps>ResourceApplyClippyAdagradV2",
+    "TfOptOps>ResourceSparseApplyClippyAdagradV2",
 )
+_LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 
 
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
@@ -68,19 +71,25 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
 def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,
                    accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
                    clip_accumulator_update=False, use_standard_accumulator_update=False,
-                   use_locking=False, name=None):
+                   use_locking=False, accumulator_dtype=None, stochastic_rounding=False, seed=0,
+                   step=0, name=None):
   """Clippy Adagrad on every element of `var` with a dense `grad`.
 
   The formula is the doc of op `TfOptOps>ResourceApplyClippyAdagrad`
   (`tf_opt_ops/clippy_adagrad_ops.cc`). Returns the clipping scale in [0, 1]
   (float64 for float64 variables, float32 otherwise), one per variable. `var`
-  may be 0-D.
+  may be 0-D. An accumulator of another dtype than `var` (`accumulator_dtype`,
+  read from `accum` when it is a variable), or `stochastic_rounding` of a 16-bit
+  one keyed by `seed` and the 1-based `step`, runs op
+  `TfOptOps>ResourceApplyClippyAdagradV2`.
   """
   return _apply_clippy(
-      load_library().tf_opt_ops_resource_apply_clippy_adagrad, var, accum, grad,
+      "resource_apply_clippy_adagrad", var, accum, grad,
       dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
            accumulator_relative_threshold=accumulator_relative_threshold,
-           absolute_threshold=absolute_threshold), clip_accumulator_update=clip_accumulator_update,
+           absolute_threshold=absolute_threshold),
+      dict(accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding, seed=seed,
+           step=step), clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
       name=name)
 
@@ -88,25 +97,42 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
 def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
                           absolute_threshold=1e-7, clip_accumulator_update=False,
-                          use_standard_accumulator_update=False, use_locking=False, name=None):
+                          use_standard_accumulator_update=False, use_locking=False,
+                          accumulator_dtype=None, stochastic_rounding=False, seed=0, step=0,
+                          name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only (op
-  `TfOptOps>ResourceSparseApplyClippyAdagrad`); the scale is the minimum over
-  those rows. Returns the scale.
+  `TfOptOps>ResourceSparseApplyClippyAdagrad`, or its V2 for the accumulator
+  options of `clippy_adagrad`); the scale is the minimum over those rows.
+  Returns the scale.
   """
   return _apply_clippy(
-      load_library().tf_opt_ops_resource_sparse_apply_clippy_adagrad, var, accum, grad,
+      "resource_sparse_apply_clippy_adagrad", var, accum, grad,
       dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
            accumulator_relative_threshold=accumulator_relative_threshold,
-           absolute_threshold=absolute_threshold), indices=indices,
-      clip_accumulator_update=clip_accumulator_update,
+           absolute_threshold=absolute_threshold),
+      dict(accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding, seed=seed,
+           step=step), indices=indices, clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
       name=name)
 
 
-def _apply_clippy(op, var, accum, grad, hyperparameters, **inputs_and_attrs):
-  """Runs Clippy op `op` with the hyperparameters as scalars of the kernels' dtype."""
+def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_and_attrs):
+  """Runs Clippy op `op_name` (or its V2, for a light accumulator) with the hyperparameters as
+  scalars of the kernels' dtype."""
   grad = tf.convert_to_tensor(grad)
-  return op(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
-            **_clippy_scalars(scalar_dtype(grad.dtype), **hyperparameters))
+  accumulator_dtype = tf.as_dtype(light["accumulator_dtype"] or _value_dtype(accum, grad))
+  library = load_library()
+  inputs = dict(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
+                **_clippy_scalars(scalar_dtype(grad.dtype), **hyperparameters))
+  # V1 for an accumulator of the table's dtype, and for dtypes V2 does not take (V1 names
+  # the mismatch).
+  if not light["stochastic_rounding"] and (accumulator_dtype == grad.dtype or accumulator_dtype
+                                           not in _LIGHT_TYPES or grad.dtype not in _LIGHT_TYPES):
+    return getattr(library, f"tf_opt_ops_{op_name}")(**inputs)
+  return getattr(library,
+                 f"tf_opt_ops_{op_name}_v2")(**inputs, step=tf.cast(light["step"], tf.int64),
+                                             Taccum=accumulator_dtype,
+                                             stochastic_rounding=bool(light["stochastic_rounding"]),
+                                             seed=light["seed"])

@@ -235,43 +235,67 @@ def _nan_min(values, start):
   return type(start)(min(start, values.min())) if values.size else start
 
 
-def _clippy(var_c, accum_s, g, dtype, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,
-            accumulator_relative_threshold=0.0, absolute_threshold=1e-7,
-            clip_accumulator_update=False, use_standard_accumulator_update=False):
+def clippy_noise(elements, *, seed, step):
+  """ClippyNoise: the uint32 noise of the accumulator's flat elements `elements`."""
+  with np.errstate(over="ignore"):
+    key = (_mix64(_mix64(np.array([seed], _U64) + _U64(2)) ^ np.array([step], np.int64).view(_U64))
+           >> _U64(32)).astype(_U32)
+    e = np.asarray(elements, np.int64).view(_U64)
+    low, high = (e & _U64(0xFFFFFFFF)).astype(_U32), (e >> _U64(32)).astype(_U32)
+    return _mix32(_mix32(key ^ low) + high)
+
+
+def _clippy(var_c, accum_s, g, dtype, *, elements, lr=0.001, epsilon=1e-7,
+            variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+            absolute_threshold=1e-7, clip_accumulator_update=False,
+            use_standard_accumulator_update=False, accumulator_dtype=None,
+            stochastic_rounding=False, seed=0, step=0):
   """Clippy's two passes on gathered elements. Returns (new var, new accum stored, scale).
 
-  The defaults are the ops' (`tf_opt_ops.ops.clippy_adagrad`).
+  The defaults are the ops' (`tf_opt_ops.ops.clippy_adagrad`). `elements`: the
+  flat indices of the elements in the accumulator, which key the rounding
+  noise of a stochastically rounded accumulator (the V2 ops' options:
+  `accumulator_dtype`, default `dtype`; `stochastic_rounding`, `seed`, `step`).
   """
+  accumulator_dtype = accumulator_dtype or dtype
+  noise = clippy_noise(elements, seed=seed, step=step) if stochastic_rounding else None
+
+  def store_accum(x):
+    if noise is not None and accumulator_dtype in ("float16", "bfloat16"):
+      return store_stochastic(x, noise, accumulator_dtype)
+    return store(x, accumulator_dtype)
+
   C = compute_type(dtype)
   lr, epsilon = C(lr), C(epsilon)
   vrt, art, at = (C(variable_relative_threshold), C(accumulator_relative_threshold),
                   C(absolute_threshold))
   one = C(1)
   with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-    a = load(accum_s, dtype)
+    a = load(accum_s, accumulator_dtype)
     if use_standard_accumulator_update:
-      accum_s = store(a + g * g, dtype)
-      a = load(accum_s, dtype)
+      accum_s = store_accum(a + g * g)
+      a = load(accum_s, accumulator_dtype)
     p = one / np.sqrt(a + epsilon)
     delta = lr * g * p
     max_delta = vrt * np.abs(var_c) + art * p + at
     ratio = np.where(delta == 0, one, max_delta / np.abs(delta)).astype(C)
     scale = _nan_min([_nan_min(ratio, one)], one)  # ClippyScale(min ratio)
-    a = load(accum_s, dtype)
+    a = load(accum_s, accumulator_dtype)
     p = one / np.sqrt(a + epsilon)
     delta = lr * g * p
     if not use_standard_accumulator_update:
       g_acc = g * scale if clip_accumulator_update else g
-      accum_s = store(a + g_acc * g_acc, dtype)
+      accum_s = store_accum(a + g_acc * g_acc)
     new_var = var_c - delta * scale
   return new_var, accum_s, scale
 
 
 def clippy_adagrad(var, accum, grad, dtype, **hyper):
   """Dense Clippy Adagrad: (new var, new accum, scale)."""
+  accum = _stored_copy(accum)
   new_var, new_accum, scale = _clippy(
       load(var, dtype).ravel(), accum.ravel(),
-      load(grad, dtype).ravel(), dtype, **hyper)
+      load(grad, dtype).ravel(), dtype, elements=np.arange(accum.size), **hyper)
   return (store(new_var, dtype).reshape(var.shape), new_accum.reshape(accum.shape), scale)
 
 
@@ -281,7 +305,9 @@ def sparse_clippy_adagrad(var, accum, grad, indices, dtype, **hyper):
   dim = var.size // var.shape[0] if var.shape[0] else 0
   var2, accum2 = var.reshape(-1, dim), accum.reshape(-1, dim)
   rows, g = summed_rows(grad, indices, dtype)
-  new_var, new_accum, scale = _clippy(load(var2[rows], dtype), accum2[rows], g, dtype, **hyper)
+  elements = rows[:, None] * dim + np.arange(dim)[None, :]
+  new_var, new_accum, scale = _clippy(load(var2[rows], dtype), accum2[rows], g, dtype,
+                                      elements=elements, **hyper)
   var2[rows] = store(new_var, dtype)
   accum2[rows] = new_accum
   return var, accum, scale

@@ -218,7 +218,8 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
                variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
                absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
                clip_accumulator_update=False, use_standard_accumulator_update=False,
-               name="ClippyAdagrad", **kwargs):
+               name="ClippyAdagrad", accumulator_dtype=None, stochastic_rounding=None, seed=0,
+               **kwargs):
     _core.default_jit_compile(kwargs)
     # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
     # the checks and storage are shared.
@@ -228,7 +229,9 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
                       absolute_threshold=absolute_threshold, epsilon=epsilon,
                       export_clipping_factors=export_clipping_factors,
                       clip_accumulator_update=clip_accumulator_update,
-                      use_standard_accumulator_update=use_standard_accumulator_update)
+                      use_standard_accumulator_update=use_standard_accumulator_update,
+                      accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding,
+                      seed=seed)
     super().__init__(name=name, **kwargs)
     self._learning_rate = self._build_learning_rate(learning_rate)
     self.clipping_factors = []
@@ -252,13 +255,15 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
     shards_seen = {}
     initializer = keras2.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
+      dtype = self._accumulator_dtype(var)
       if self._mesh:
         # With the variable's layout (a callable is not copied to a replicated one).
         initial_value = functools.partial(_filled_like, var, self.initial_accumulator_value)
       else:
-        initial_value = initializer(shape=var.shape, dtype=var.dtype)
+        initial_value = initializer(shape=var.shape, dtype=dtype)
+      reference = var if dtype == var.dtype else _keras2.SlotReference(var, dtype)
       self._accumulators.append(
-          self.add_variable_from_reference(var, "accumulator", initial_value=initial_value))
+          self.add_variable_from_reference(reference, "accumulator", initial_value=initial_value))
       if not self.export_clipping_factors:
         continue
       container = _core.sharded_container(var)
@@ -293,7 +298,8 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
     key = self._var_key(variable)
     factor = self._factor_of[key] if self.export_clipping_factors else None
     return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)], factor,
-                              self.learning_rate, key=key, on_mesh=self._on_mesh)
+                              self.learning_rate, key=key, on_mesh=self._on_mesh,
+                              step=self.iterations + 1)
 
   def get_config(self):
     config = super().get_config()

@@ -151,8 +151,9 @@ def test_wrong_slot_dtype_and_row_shape_are_refused_before_any_write():
   m = tf.Variable(tf.zeros((4, 3), tf.bfloat16))
   v = tf.Variable(tf.zeros((4, 3), tf.float16))
   kwargs = dict(beta_1_power=0.9, beta_2_power=0.999, step=1)
-  with pytest.raises(tf.errors.InvalidArgumentError, match=r"v has dtype half but the op's slot "
-                     r"dtype \(Tslot\) is bfloat16"):
+  with pytest.raises(
+      tf.errors.InvalidArgumentError, match=r"v has dtype half but the op's dtype for "
+      r"it \(Tslot or Taccum\) is bfloat16"):
     ops.sparse_lazy_adam(var, m, v, tf.ones((1, 3)), [0], slot_dtype=tf.bfloat16, **kwargs)
   v = tf.Variable(tf.zeros((3,), tf.bfloat16))
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
@@ -162,4 +163,73 @@ def test_wrong_slot_dtype_and_row_shape_are_refused_before_any_write():
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 9 is not in \[0, 4\)"):
     ops.sparse_lazy_adam(var, m, tf.Variable(tf.zeros((4,), tf.bfloat16)), tf.ones((2, 3)), [0, 9],
                          rowwise_second_moment=True, **kwargs)
+  np.testing.assert_array_equal(var.numpy(), np.ones((4, 3)))
+
+
+# ----------------------------------------------------------------------------- Clippy
+
+CLIPPY_HYPER = dict(lr=0.5, epsilon=1e-7, variable_relative_threshold=0.1,
+                    accumulator_relative_threshold=0.01, absolute_threshold=1e-3)
+CLIPPY_FLAGS = {
+    "defaults": {}, "clip_accumulator_update": dict(clip_accumulator_update=True),
+    "use_standard_accumulator_update": dict(use_standard_accumulator_update=True)
+}
+CLIPPY_CASES = [(t, a, stochastic)
+                for t, a in itertools.product(LIGHT_DTYPES, LIGHT_DTYPES)
+                for stochastic in (False, True)
+                if t != a or stochastic]
+
+
+@pytest.mark.parametrize("flags", CLIPPY_FLAGS)
+@pytest.mark.parametrize("sparse,index_dtype", [(False, None), (True, tf.int32), (True, tf.int64)])
+@pytest.mark.parametrize("dtype,accumulator_dtype,stochastic", CLIPPY_CASES)
+def test_light_clippy_matches_reference_bit_for_bit(dtype, accumulator_dtype, stochastic, sparse,
+                                                    index_dtype, flags):
+  rng = np.random.default_rng(1)
+  var, accum = (reference.random_values(rng, (ROWS, DIM), dtype),
+                reference.random_values(rng, (ROWS, DIM), accumulator_dtype, 0.0, 0.1))
+  tv, ta = tf.Variable(_tensor(var, dtype)), tf.Variable(_tensor(accum, accumulator_dtype))
+  hyper = dict(CLIPPY_HYPER, **CLIPPY_FLAGS[flags])
+  for t, indices in enumerate(STEP_INDICES, start=1):
+    light = dict(accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic, seed=77,
+                 step=t)
+    if sparse:
+      grad = reference.random_values(rng, (len(indices), DIM), dtype)
+      var, accum, want_scale = reference.sparse_clippy_adagrad(var, accum, grad, indices, dtype,
+                                                               **hyper, **light)
+      scale = ops.sparse_clippy_adagrad(
+          tv, ta, _tensor(grad, dtype), tf.constant(indices, index_dtype), **hyper,
+          **dict(light, accumulator_dtype=tf.as_dtype(accumulator_dtype)))
+    else:
+      grad = reference.random_values(rng, (ROWS, DIM), dtype)
+      var, accum, want_scale = reference.clippy_adagrad(var, accum, grad, dtype, **hyper, **light)
+      scale = ops.clippy_adagrad(tv, ta, _tensor(grad, dtype), **hyper,
+                                 **dict(light, accumulator_dtype=tf.as_dtype(accumulator_dtype)))
+    _assert_same_bits(_stored(tv, dtype), var, f"var after step {t}")
+    _assert_same_bits(_stored(ta, accumulator_dtype), accum, f"accum after step {t}")
+    assert float(scale) == float(want_scale), (t, float(scale), float(want_scale))
+
+
+def test_stochastic_rounding_keeps_small_increments_of_a_bfloat16_accumulator():
+  # accum = 16: bfloat16's unit there is 2^-3, and g^2 = 2^-5 is a quarter of it. Rounded to
+  # nearest the accumulator never moves; stochastically it grows by g^2 on average.
+  def grown(stochastic, steps=20):
+    var = tf.Variable(tf.zeros((64, 32)))
+    accum = tf.Variable(tf.fill((64, 32), tf.constant(16.0, tf.bfloat16)))
+    for t in range(1, steps + 1):
+      ops.clippy_adagrad(var, accum, tf.fill((64, 32), 2.0**-2.5), lr=0.0, seed=5, step=t,
+                         stochastic_rounding=stochastic, absolute_threshold=1.0)
+    return float(tf.reduce_mean(tf.cast(accum, tf.float64))) - 16.0
+
+  assert grown(False) == 0.0
+  assert abs(grown(True) - 20 * 2.0**-5) < 0.05 * 20 * 2.0**-5
+
+
+def test_wrong_accumulator_dtype_is_refused_before_any_write():
+  var = tf.Variable(tf.ones((4, 3)))
+  accum = tf.Variable(tf.zeros((4, 3), tf.float16))
+  with pytest.raises(
+      tf.errors.InvalidArgumentError, match=r"accum has dtype half but the op's "
+      r"dtype for it \(Tslot or Taccum\) is bfloat16"):
+    ops.clippy_adagrad(var, accum, tf.ones((4, 3)), accumulator_dtype=tf.bfloat16, step=1)
   np.testing.assert_array_equal(var.numpy(), np.ones((4, 3)))

@@ -41,13 +41,15 @@ EXAMPLES_PER_OP = int(os.environ.get("TF_OPT_OPS_FUZZ_EXAMPLES", "40"))
 CALL_TIMEOUT_S = 120
 
 OPS = ("lazy_adam", "clippy", "sparse_clippy")
-# Lazy Adam with light slots (op ResourceSparseApplyLazyAdamV2): fuzzed too, its dtypes (no
-# float64) and layout drawn; the named regressions below are for the three ops above.
-FUZZ_OPS = OPS + ("lazy_adam_v2",)
+# The V2 ops (light state: lazy Adam's slots, Clippy's accumulator, of their own dtype): fuzzed
+# too, their dtypes (no float64) and layout drawn; the named regressions below are for the three
+# ops above.
+FUZZ_OPS = OPS + ("lazy_adam_v2", "clippy_v2", "sparse_clippy_v2")
 LIGHT_DTYPES = ("float16", "bfloat16", "float32")
 SLOTS = {
     "lazy_adam": ("var", "m", "v"), "lazy_adam_v2": ("var", "m", "v"), "clippy": ("var", "accum"),
-    "sparse_clippy": ("var", "accum")
+    "sparse_clippy": ("var", "accum"), "clippy_v2": ("var", "accum"),
+    "sparse_clippy_v2": ("var", "accum")
 }
 HYPERS = {
     "lazy_adam": ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"),
@@ -56,6 +58,7 @@ HYPERS = {
 }
 HYPERS["sparse_clippy"] = HYPERS["clippy"]
 HYPERS["lazy_adam_v2"] = HYPERS["lazy_adam"]
+HYPERS["clippy_v2"] = HYPERS["sparse_clippy_v2"] = HYPERS["clippy"]
 
 # ------------------------------------------------------------------ the worker
 # Runs in its own process: builds the tensors of one case, calls the op, and
@@ -97,20 +100,25 @@ def _worker_call(tf, lib, case):
       for name, value in case["hypers"].items()
   }
   kwargs = dict(zip(SLOTS[case["op"]], handles), grad=grad, **hypers)
-  if case["op"] != "clippy":
+  if sparse_op(case["op"]):
     kwargs["indices"] = tf.constant(case["indices"], tf.as_dtype(case["index_dtype"]))
-  if case["op"] == "lazy_adam_v2":
-    kwargs.update(step=tf.constant(case["light"]["step"], tf.int64),
-                  Tslot=tf.as_dtype(case["light"]["slot_dtype"]),
-                  rowwise_second_moment=case["light"]["rowwise_second_moment"],
-                  stochastic_rounding=case["light"]["stochastic_rounding"],
-                  seed=case["light"]["seed"])
-  elif case["op"] != "lazy_adam":
+  if not case["op"].startswith("lazy_adam"):
     kwargs.update(clip_accumulator_update=case["flags"][0],
                   use_standard_accumulator_update=case["flags"][1])
+  if case["op"].endswith("_v2"):
+    light = case["light"]
+    kwargs.update(step=tf.constant(light["step"], tf.int64),
+                  stochastic_rounding=light["stochastic_rounding"], seed=light["seed"])
+    if case["op"] == "lazy_adam_v2":
+      kwargs.update(Tslot=tf.as_dtype(light["slot_dtype"]),
+                    rowwise_second_moment=light["rowwise_second_moment"])
+    else:
+      kwargs.update(Taccum=tf.as_dtype(light["slot_dtype"]))
   op = {
       "lazy_adam": lib.tf_opt_ops_resource_sparse_apply_lazy_adam,
       "lazy_adam_v2": lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2,
+      "clippy_v2": lib.tf_opt_ops_resource_apply_clippy_adagrad_v2,
+      "sparse_clippy_v2": lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad_v2,
       "clippy": lib.tf_opt_ops_resource_apply_clippy_adagrad,
       "sparse_clippy": lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad,
   }[case["op"]]
@@ -241,8 +249,8 @@ FAULTS = ("slot_dtype", "grad_dtype", "hyper_dtype", "slot_shape", "grad_shape",
 
 @st.composite
 def cases(draw, op):
-  sparse = op != "clippy"
-  light = op == "lazy_adam_v2"
+  sparse = op not in ("clippy", "clippy_v2")
+  light = op.endswith("_v2")
   dtype = draw(st.sampled_from(LIGHT_DTYPES if light else DTYPES))
   # sampled_from, not integers: hypothesis leans to the first choice, and an
   # empty table (or empty indices) should stay a rare case.
@@ -268,7 +276,7 @@ def cases(draw, op):
               seed=draw(st.integers(0, 2**31 - 1)), serial=draw(st.integers(0, 2**62)))
   if light:
     case["light"] = dict(slot_dtype=draw(st.sampled_from(LIGHT_DTYPES)),
-                         rowwise_second_moment=draw(st.booleans()),
+                         rowwise_second_moment=op == "lazy_adam_v2" and draw(st.booleans()),
                          stochastic_rounding=draw(st.booleans()), seed=draw(st.integers(0, 2**40)),
                          step=draw(st.integers(1, 10**6)))
   if fault in ("slot_dtype", "grad_dtype", "hyper_dtype"):
@@ -295,6 +303,10 @@ def _hypers(op, rng):
               absolute_threshold=float(rng.choice([0.0, 1e-7, 1e-3])))
 
 
+def sparse_op(op):
+  return op not in ("clippy", "clippy_v2")
+
+
 def build(case):
   """The worker's request for `case`, and whether the call is valid."""
   rng = np.random.default_rng(case["seed"])
@@ -303,12 +315,12 @@ def build(case):
   slot_shapes = [shape] * len(SLOTS[op])
   light = case.get("light")
   if light:
-    slot_dtypes[1:] = [light["slot_dtype"]] * 2
+    slot_dtypes[1:] = [light["slot_dtype"]] * (len(SLOTS[op]) - 1)
     if light["rowwise_second_moment"]:
       slot_shapes[2] = shape[:1]
   grad_dtype = dtype
   hyper_dtype = "float64" if dtype == "float64" else "float32"
-  if op == "clippy":
+  if op in ("clippy", "clippy_v2"):
     grad_shape = shape
   else:
     grad_shape = (len(case["indices"]), *shape[1:])
@@ -347,7 +359,7 @@ def build(case):
                  index_dtype=case["index_dtype"], flags=flags, graph=case["graph"],
                  serial=case["serial"], light=light,
                  uninitialized=case["fault_slot"] if fault == "uninitialized" else None)
-  valid = fault is None and (op == "clippy" or all(0 <= i < shape[0] for i in indices))
+  valid = fault is None and (not sparse_op(op) or all(0 <= i < shape[0] for i in indices))
   return request, valid
 
 
@@ -355,7 +367,7 @@ def expected(request, dtype):
   """(values after the call, scale) by the NumPy reference, for a valid call."""
   op, values = request["op"], request["slot_values"]
   indices, grad = request["indices"], request["grad"]
-  if op != "clippy" and len(indices) == 0:  # nothing touched
+  if sparse_op(op) and len(indices) == 0:  # nothing touched
     return values, (None if op.startswith("lazy_adam") else 1.0)
   if op.startswith("lazy_adam"):
     h = request["hypers"]
@@ -365,7 +377,12 @@ def expected(request, dtype):
                                       **(request["light"] or {})), None
   hyper = dict(request["hypers"], clip_accumulator_update=request["flags"][0],
                use_standard_accumulator_update=request["flags"][1])
-  if op == "clippy":
+  light = request["light"]
+  if light:
+    hyper.update(accumulator_dtype=light["slot_dtype"],
+                 stochastic_rounding=light["stochastic_rounding"], seed=light["seed"],
+                 step=light["step"])
+  if not sparse_op(op):
     var, accum, scale = reference.clippy_adagrad(*values, grad, dtype, **hyper)
   else:
     var, accum, scale = reference.sparse_clippy_adagrad(*values, grad, indices, dtype, **hyper)

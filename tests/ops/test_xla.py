@@ -538,3 +538,11 @@ def test_light_state_hlo_is_one_custom_call(flavor):
   assert hlo.count('custom_call_target="tf_opt_ops_sparse_lazy_adam_v2"') == 1, hlo
   for op in ("scatter(", "sort(", "gather("):
     assert op not in hlo, (op, hlo)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "dense"])
+def test_light_clippy_accumulator_bit_identical_with_and_without_xla(flavor, sparse):
+  make = _make(flavor, "ClippyAdagrad", accumulator_dtype="bfloat16")
+  _assert_bit_identical(_train(make, flavor, jit=True, sparse=sparse),
+                        _train(make, flavor, jit=False, sparse=sparse))

@@ -226,3 +226,28 @@ def test_a_checkpoint_without_adam_slots_is_refused(tmp_path):
   with pytest.raises(ValueError, match="holds no Adam slots"):
     checkpoints.convert_checkpoint(path, str(tmp_path / "out"), slot_dtype="bfloat16",
                                    rowwise_second_moment=False)
+
+
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_clippy_accumulator_dtype_trains_configures_and_resumes(flavor, tmp_path):
+  api = common.flavor_module(flavor)
+  options = dict(accumulator_dtype="bfloat16", seed=3)
+  variables = _variables(flavor)
+  opt = api.ClippyAdagrad(learning_rate=0.1, **options)
+  _steps(opt, variables, 1, 3)
+  accumulators = [v for v in _state(opt) if tuple(v.shape) in ((ROWS, COLS), (COLS,))]
+  assert len(accumulators) == 2
+  assert {tf.as_dtype(v.dtype).name for v in accumulators} == {"bfloat16"}
+  config = opt.get_config()
+  assert {k: config[k] for k in options} == options and config["stochastic_rounding"] is None
+  assert type(opt).from_config(config).get_config() == config
+  assert "accumulator_dtype" not in api.ClippyAdagrad().get_config()  # TFRS' config
+
+  path = tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(tmp_path / "ckpt"))
+  _steps(opt, variables, 3, 5)
+  resumed_variables = _variables(flavor, seed=1)
+  resumed = api.ClippyAdagrad(learning_rate=0.1, **options)
+  tf.train.Checkpoint(variables=resumed_variables, optimizer=resumed).restore(path)
+  _steps(resumed, resumed_variables, 3, 5)
+  for a, b in zip(_numpy(resumed_variables), _numpy(variables)):
+    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
