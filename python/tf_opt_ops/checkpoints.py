@@ -1,4 +1,4 @@
-"""Converting a checkpoint's Adam slots between LazyAdam's slot layouts.
+"""Converting a checkpoint's optimizer state between slot layouts (LazyAdam's, ClippyAdagrad's).
 
 A checkpoint keeps each slot in the dtype and shape of the optimizer that
 wrote it (`LazyAdam(slot_dtype=..., rowwise_second_moment=...)`, or Adam's own
@@ -13,7 +13,8 @@ checkpoints of every Keras flavor and router: the `_momentums`/`_velocities`
 lists of a Keras 3 or tf_keras `Adam`/`LazyAdam` (paired by position), and the
 `m`/`v` slots of an OptimizerV2 `Adam`/`LazyAdam` (paired by variable).
 Slots of rank 0 and float64 slots are copied as they are, as LazyAdam keeps
-them.
+them. ClippyAdagrad's accumulators (the `_accumulators` lists, or OptimizerV2
+`accumulator` slots) are cast to `accumulator_dtype` when it is given.
 """
 
 import os
@@ -60,9 +61,22 @@ def adam_slot_pairs(checkpoint_prefix):
   return [(m, v) for m, v in pairs if m is not None and v is not None]
 
 
+def accumulators(checkpoint_prefix):
+  """The checkpoint keys of every Clippy-like (`_accumulators` / `accumulator`) accumulator."""
+  reader = tf.train.load_checkpoint(checkpoint_prefix)
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH))
+  nodes = []
+  for node in graph.nodes:
+    for child in node.children:
+      if child.local_name == "_accumulators":
+        nodes += [c.node_id for c in graph.nodes[child.node_id].children]
+    nodes += [s.slot_variable_node_id for s in node.slot_variables if s.slot_name == "accumulator"]
+  return [graph.nodes[n].attributes[0].checkpoint_key for n in nodes if graph.nodes[n].attributes]
+
+
 def _converted_v(v, m_shape, rowwise):
-  """v in float64, as a row-wise v (the row means) or per element (each row's value repeated)."""
-  v = v.astype(np.float64)
+  """v (float64) as a row-wise v (the row means) or per element (each row's value repeated)."""
   if rowwise and v.shape != tuple(m_shape[:1]):
     return v.reshape(v.shape[0], -1).mean(axis=1)
   if not rowwise and v.shape != tuple(m_shape):
@@ -70,44 +84,62 @@ def _converted_v(v, m_shape, rowwise):
   return v
 
 
-def convert_checkpoint(checkpoint_prefix, output_prefix, *, slot_dtype, rowwise_second_moment):
-  """Writes `checkpoint_prefix` to `output_prefix` with its Adam slots in another layout.
+def convert_checkpoint(checkpoint_prefix, output_prefix, *, slot_dtype=None,
+                       rowwise_second_moment=None, accumulator_dtype=None):
+  """Writes `checkpoint_prefix` to `output_prefix` with its optimizer state in another layout.
 
   `slot_dtype` ("bfloat16", "float16" or "float32") and `rowwise_second_moment`
   are the options of the LazyAdam that will restore the output (Adam's own
-  layout for a float32 table: "float32", False). m and v are cast (rounded to
-  nearest); v becomes its row means, or is repeated over each row. Tensors are
-  written one at a time, so the memory needed is that of the largest one.
-  Logs one line saying what was converted; returns the number of slot pairs.
+  layout for a float32 table: "float32", False); `accumulator_dtype` that of
+  the ClippyAdagrad. None leaves that part as it is. m, v and accumulators are
+  cast (rounded to nearest); v becomes its row means, or is repeated over each
+  row. Tensors are written one at a time, so the memory needed is that of the
+  largest one. Logs one line saying what was converted; returns the number of
+  tensors converted.
   """
-  if slot_dtype not in _SLOT_DTYPES:
-    raise ValueError(f"slot_dtype must be one of {', '.join(map(repr, _SLOT_DTYPES))}, got "
-                     f"{slot_dtype!r}.")
-  target = tf.as_dtype(slot_dtype)
+  for name, value in (("slot_dtype", slot_dtype), ("accumulator_dtype", accumulator_dtype)):
+    if value is not None and value not in _SLOT_DTYPES:
+      raise ValueError(f"{name} must be one of {', '.join(map(repr, _SLOT_DTYPES))} or None, "
+                       f"got {value!r}.")
+  if slot_dtype is None and rowwise_second_moment is None and accumulator_dtype is None:
+    raise ValueError("Nothing to convert: give slot_dtype and/or rowwise_second_moment (LazyAdam) "
+                     "or accumulator_dtype (ClippyAdagrad).")
   reader = tf.train.load_checkpoint(checkpoint_prefix)
   dtypes, shapes = reader.get_variable_to_dtype_map(), reader.get_variable_to_shape_map()
-  slot_pairs = adam_slot_pairs(checkpoint_prefix)
-  if not slot_pairs:
-    raise ValueError(
-        f"{checkpoint_prefix} holds no Adam slots this can find: no OptimizerV2 `m`/`v` slots "
-        f"and no `_momentums`/`_velocities` lists in its object graph. (A stock tf_keras "
-        f"optimizer restored before its first step and saved again lists its slots only in "
-        f"`_variables`; tf_opt_ops' optimizers list them.)")
-  converters = {}
-  pairs = 0
-  for m_key, v_key in slot_pairs:
-    if dtypes[m_key] not in _CONVERTIBLE or len(shapes[m_key]) == 0:
-      continue
-    pairs += 1
-    m_shape = shapes[m_key]
-    converters[m_key] = lambda m: m.astype(np.float64)
-    converters[v_key] = lambda v, m_shape=m_shape: _converted_v(v, m_shape, rowwise_second_moment)
+  converters = {}  # checkpoint key -> (function of the NumPy value, dtype to store)
+  if slot_dtype is not None or rowwise_second_moment is not None:
+    slot_pairs = adam_slot_pairs(checkpoint_prefix)
+    if not slot_pairs:
+      raise ValueError(
+          f"{checkpoint_prefix} holds no Adam slots this can find: no OptimizerV2 `m`/`v` slots "
+          f"and no `_momentums`/`_velocities` lists in its object graph. (A stock tf_keras "
+          f"optimizer restored before its first step and saved again lists its slots only in "
+          f"`_variables`; tf_opt_ops' optimizers list them.)")
+    for m_key, v_key in slot_pairs:
+      if dtypes[m_key] not in _CONVERTIBLE or len(shapes[m_key]) == 0:
+        continue
+      target = tf.as_dtype(slot_dtype) if slot_dtype else dtypes[m_key]
+      rowwise = (rowwise_second_moment if rowwise_second_moment is not None else list(shapes[v_key])
+                 != list(shapes[m_key]))
+      converters[m_key] = (lambda m: m, target)
+      converters[v_key] = (
+          lambda v, m_shape=shapes[m_key], rowwise=rowwise: _converted_v(v, m_shape, rowwise),
+          target)
+  if accumulator_dtype is not None:
+    found = accumulators(checkpoint_prefix)
+    if not found:
+      raise ValueError(f"{checkpoint_prefix} holds no ClippyAdagrad accumulators this can find "
+                       f"(`_accumulators` lists or OptimizerV2 `accumulator` slots).")
+    for key in found:
+      if dtypes[key] in _CONVERTIBLE:
+        converters[key] = (lambda a: a, tf.as_dtype(accumulator_dtype))
   with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(output_prefix))) as staging:
     parts = []
     for k, name in enumerate(sorted(dtypes)):
       value = reader.get_tensor(name)
       if name in converters:
-        value = tf.cast(converters[name](value), target)
+        convert, dtype = converters[name]
+        value = tf.cast(convert(np.asarray(value).astype(np.float64)), dtype)
       part = os.path.join(staging, f"part{k}")
       tf.raw_ops.SaveV2(prefix=part, tensor_names=[name], shape_and_slices=[""],
                         tensors=[tf.convert_to_tensor(value)])
@@ -115,7 +147,7 @@ def convert_checkpoint(checkpoint_prefix, output_prefix, *, slot_dtype, rowwise_
     tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=parts, destination_prefix=output_prefix,
                                   delete_old_dirs=False)
   tf.get_logger().warning(
-      "tf_opt_ops: %s -> %s: %d LazyAdam/Adam slot pairs now %s m and %s v", checkpoint_prefix,
-      output_prefix, pairs, slot_dtype,
-      f"row-wise {slot_dtype}" if rowwise_second_moment else f"per-element {slot_dtype}")
-  return pairs
+      "tf_opt_ops: %s -> %s: %d optimizer state tensors converted (slot_dtype=%s, "
+      "rowwise_second_moment=%s, accumulator_dtype=%s)", checkpoint_prefix, output_prefix,
+      len(converters), slot_dtype, rowwise_second_moment, accumulator_dtype)
+  return len(converters)

@@ -142,20 +142,22 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     if self.built:
       return
     super().build(var_list)
-    self._accumulators = []
-    self.clipping_factors = []
+    accumulators, clipping_factors = [], []
     initializer = keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
       # The name add_variable_from_reference gives.
       ref_name = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
-      self._accumulators.append(
+      accumulators.append(
           self.add_variable(shape=tuple(var.shape), initializer=initializer,
                             dtype=self._accumulator_dtype(var).name,
                             name=f"{ref_name.replace('/', '_')}_accumulator"))
       if self.export_clipping_factors:
         name = f"{ref_name.replace('/', '_')}_clipping_factor"
-        self.clipping_factors.append(
+        clipping_factors.append(
             self.add_variable(shape=(), initializer="zeros", dtype=var.dtype, name=name))
+    # Assigned whole, so tracked: the lists are in checkpoints' object graphs (where
+    # tf_opt_ops.convert_checkpoint finds the accumulators).
+    self._accumulators, self.clipping_factors = accumulators, clipping_factors
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)

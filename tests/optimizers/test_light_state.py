@@ -152,7 +152,7 @@ def test_a_converted_checkpoint_restores_into_the_other_layout(flavor, tmp_path)
   # Adam's float32 slots -> bfloat16 m and a row-wise v: cast, row means.
   light_path = str(tmp_path / "light")
   assert convert_checkpoint(path, light_path, slot_dtype="bfloat16",
-                            rowwise_second_moment=True) == 2
+                            rowwise_second_moment=True) == 4  # m and v of both variables
   light_variables = _variables(flavor, seed=1)
   light = api.LazyAdam(learning_rate=0.01, **LIGHT["bf16-m-rowwise-v"])
   status = tf.train.Checkpoint(variables=light_variables, optimizer=light).restore(light_path)
@@ -206,7 +206,7 @@ def test_converting_a_router_checkpoint_converts_the_adam_slots_only(flavor, tmp
   path = tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(tmp_path / "router"))
   light_path = str(tmp_path / "light")
   assert checkpoints.convert_checkpoint(path, light_path, slot_dtype="bfloat16",
-                                        rowwise_second_moment=True) == 1
+                                        rowwise_second_moment=True) == 2  # the table's m and v
   before, after = tf.train.load_checkpoint(path), tf.train.load_checkpoint(light_path)
   changed = [
       name for name in before.get_variable_to_dtype_map()
@@ -251,3 +251,30 @@ def test_clippy_accumulator_dtype_trains_configures_and_resumes(flavor, tmp_path
   _steps(resumed, resumed_variables, 3, 5)
   for a, b in zip(_numpy(resumed_variables), _numpy(variables)):
     np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_a_converted_clippy_checkpoint_restores_with_the_accumulator_dtype(flavor, tmp_path):
+  from tf_opt_ops import convert_checkpoint  # pylint: disable=g-import-not-at-top
+  api = common.flavor_module(flavor)
+  variables = _variables(flavor)
+  opt = api.ClippyAdagrad(learning_rate=0.1)
+  _steps(opt, variables, 1, 3)
+  path = tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(tmp_path / "clippy"))
+  light_path = str(tmp_path / "light")
+  assert convert_checkpoint(path, light_path, accumulator_dtype="bfloat16") == 2
+  light_variables = _variables(flavor, seed=1)
+  light = api.ClippyAdagrad(learning_rate=0.1, accumulator_dtype="bfloat16")
+  status = tf.train.Checkpoint(variables=light_variables, optimizer=light).restore(light_path)
+  _build_slots(light, light_variables)
+  status.assert_consumed()
+  before = [np.asarray(v.numpy(), np.float64) for v in _state(opt) if len(v.shape)]
+  after = [np.asarray(v.numpy(), np.float64) for v in _state(light) if len(v.shape)]
+  bf16 = tf.bfloat16.as_numpy_dtype
+  assert sorted(a.shape for a in after) == sorted(b.shape for b in before)
+  for a in after:  # each accumulator is the cast of one of the float32 ones
+    assert any(
+        a.shape == b.shape and np.array_equal(a,
+                                              b.astype(np.float32).astype(bf16).astype(np.float64))
+        for b in before)
+  _steps(light, light_variables, 3, 4)
