@@ -127,23 +127,24 @@ _LIGHT_TABLE_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
 
 
 class LightSlots:
-  """How a LazyAdam keeps its slots: their dtype, v per row or per element, their rounding.
+  """How an optimizer keeps its slots: their dtype, v per row or per element, their rounding.
 
   The options every flavor's `LazyAdam` takes (`slot_dtype`,
-  `rowwise_second_moment`, `stochastic_rounding`, `seed`); with the defaults
-  the slots are Adam's (the variable's dtype and shape) and the state and
-  checkpoints are those of the flavor's `Adam`. Light options apply to the
-  variables op `TfOptOps>ResourceSparseApplyLazyAdamV2` takes: float16,
-  bfloat16 and float32 variables of rank >= 1; float64 variables and scalars
-  keep slots of their own dtype and shape. Why: see docs/design.md, "Light state".
+  `rowwise_second_moment`, `stochastic_rounding`, `seed`), and `ClippyAdagrad`
+  for its accumulator (`accumulator_dtype`, given as `option`); with the
+  defaults the slots are Adam's (Clippy's) and so are the checkpoints. Light
+  options apply to the variables the V2 ops take: float16, bfloat16 and
+  float32 variables of rank >= `min_rank`; float64 variables (and, for
+  LazyAdam, scalars) keep slots of their own dtype and shape. Why: see
+  docs/design.md, "Light state".
   """
 
   def __init__(self, slot_dtype=None, rowwise_second_moment=False, stochastic_rounding=None, seed=0,
-               min_rank=1):
+               min_rank=1, option="slot_dtype"):
     if slot_dtype is not None:
       name = tf.as_dtype(slot_dtype).name if not isinstance(slot_dtype, str) else slot_dtype
       if name not in _SLOT_DTYPES:
-        raise ValueError(f"slot_dtype must be None (the variable's dtype) or one of "
+        raise ValueError(f"{option} must be None (the variable's dtype) or one of "
                          f"{', '.join(map(repr, _SLOT_DTYPES))}, got {slot_dtype!r}.")
       slot_dtype = name
     if not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
@@ -199,19 +200,14 @@ class LightSlots:
     return dict(slot_dtype=self.slot_dtype, rowwise_second_moment=self.rowwise_second_moment,
                 stochastic_rounding=self.stochastic_rounding, seed=self.seed)
 
-  def layout(self, var):
-    """A short statement of `var`'s slot layout, for errors and notices."""
-    v_shape = self.v_shape_for(var)
-    return (f"m {self.slot_dtype_for(var).name}{list(tf.TensorShape(var.shape))}, "
-            f"v {self.slot_dtype_for(var).name}{list(v_shape)}")
-
 
 LAYOUT_ADVICE = (
-    "A checkpoint keeps the slots in the layout of the optimizer that wrote it: construct "
-    "LazyAdam with that optimizer's slot_dtype and rowwise_second_moment (its get_config() "
-    "has them; absent means the defaults), or convert the checkpoint to this optimizer's "
-    "layout with tf_opt_ops.convert_checkpoint(path, new_path, slot_dtype=..., "
-    "rowwise_second_moment=...).")
+    "A checkpoint keeps the slots in the layout of the optimizer that wrote it: construct the "
+    "optimizer with that one's slot_dtype and rowwise_second_moment (LazyAdam) or "
+    "accumulator_dtype (ClippyAdagrad) (its get_config() has them; absent means the defaults), "
+    "or convert the checkpoint to this optimizer's layout with "
+    "tf_opt_ops.convert_checkpoint(path, new_path, slot_dtype=..., rowwise_second_moment=..., "
+    "accumulator_dtype=...).")
 
 
 def check_slot_layout(var, slots, want_dtype, want_shapes=None):
@@ -448,7 +444,7 @@ class ClippyAdagradMixin:
     """Checks and keeps every option but the learning rate (each base class keeps that)."""
     _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
     self._light_accumulator = LightSlots(accumulator_dtype, False, stochastic_rounding, seed,
-                                         min_rank=0)
+                                         min_rank=0, option="accumulator_dtype")
     check_non_negative(initial_accumulator_value=initial_accumulator_value,
                        variable_relative_threshold=variable_relative_threshold,
                        accumulator_relative_threshold=accumulator_relative_threshold,

@@ -34,6 +34,17 @@ class _ScalableIndexedSlices(tf.IndexedSlices):
                             self.dense_shape)
 
 
+def _add_slot_variable(optimizer, var, name, dtype, shape=None, initializer="zeros"):
+  """`optimizer.add_variable_from_reference(var, name)`, in `dtype` and `shape` (light state)
+  where they differ from `var`'s; named as that names it."""
+  shape = tuple(var.shape if shape is None else shape)
+  if tf.as_dtype(dtype) == tf.as_dtype(var.dtype) and shape == tuple(var.shape):
+    return optimizer.add_variable_from_reference(var, name, initializer=initializer)
+  prefix = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
+  return optimizer.add_variable(shape=shape, initializer=initializer, dtype=tf.as_dtype(dtype).name,
+                                name=f"{prefix.replace('/', '_')}_{name}")
+
+
 class _Keras3Mixin:
   """Behaviour both Keras 3 optimizers share with the base class."""
 
@@ -91,14 +102,11 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
     super(keras.optimizers.Adam, self).build(var_list)
     momentums, velocities = [], []
     for var in var_list:
-      prefix = (var.path if hasattr(var, "path") else str(var.name).split(":")[0]).replace("/", "_")
-      dtype = self._light_slots.slot_dtype_for(var).name
-      momentums.append(
-          self.add_variable(shape=tuple(var.shape), initializer="zeros", dtype=dtype,
-                            name=f"{prefix}_momentum"))
+      dtype = self._light_slots.slot_dtype_for(var)
+      momentums.append(_add_slot_variable(self, var, "momentum", dtype))
       velocities.append(
-          self.add_variable(shape=tuple(self._light_slots.v_shape_for(var).as_list()),
-                            initializer="zeros", dtype=dtype, name=f"{prefix}_velocity"))
+          _add_slot_variable(self, var, "velocity", dtype,
+                             self._light_slots.v_shape_for(var).as_list()))
     # Assigned whole, as Adam.build does: so tracked, the lists are in checkpoints' object
     # graphs (where convert_checkpoint finds the slots).
     self._momentums, self._velocities = momentums, velocities
@@ -145,13 +153,12 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     accumulators, clipping_factors = [], []
     initializer = keras.initializers.Constant(self.initial_accumulator_value)
     for var in var_list:
-      # The name add_variable_from_reference gives.
-      ref_name = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
       accumulators.append(
-          self.add_variable(shape=tuple(var.shape), initializer=initializer,
-                            dtype=self._accumulator_dtype(var).name,
-                            name=f"{ref_name.replace('/', '_')}_accumulator"))
+          _add_slot_variable(self, var, "accumulator", self._accumulator_dtype(var),
+                             initializer=initializer))
       if self.export_clipping_factors:
+        # The name add_variable_from_reference would give; the shape is scalar.
+        ref_name = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
         name = f"{ref_name.replace('/', '_')}_clipping_factor"
         clipping_factors.append(
             self.add_variable(shape=(), initializer="zeros", dtype=var.dtype, name=name))
