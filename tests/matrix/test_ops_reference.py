@@ -111,7 +111,8 @@ def test_ops_are_registered_under_the_library_prefix():
   registered = {op for op in ops.OP_NAMES}
   assert registered == {
       "TfOptOps>ResourceSparseApplyLazyAdam", "TfOptOps>ResourceApplyClippyAdagrad",
-      "TfOptOps>ResourceSparseApplyClippyAdagrad"
+      "TfOptOps>ResourceSparseApplyClippyAdagrad", "TfOptOps>ResourceSparseApplyLazyAdamV2",
+      "TfOptOps>ResourceApplyClippyAdagradV2", "TfOptOps>ResourceSparseApplyClippyAdagradV2"
   }
 
   @tf.function
@@ -121,3 +122,40 @@ def test_ops_are_registered_under_the_library_prefix():
 
   graph = step.get_concrete_function(*as_variables(*(np.zeros((3, 2), np.float32),) * 3)).graph
   assert "TfOptOps>ResourceSparseApplyLazyAdam" in {op.type for op in graph.get_operations()}
+
+
+def _bfloat16_variable(bits):
+  return tf.Variable(tf.constant(bits.view(tf.bfloat16.as_numpy_dtype)))
+
+
+def test_light_state_bit_for_bit_on_this_tensorflow():
+  # The V2 ops (light state) as the reference computes them, on every supported TensorFlow:
+  # bfloat16 m and a row-wise v, stochastically rounded; a bfloat16 Clippy accumulator.
+  rng = np.random.default_rng(4)
+  var = reference.random_values(rng, (ROWS, DIM), "float32")
+  m = reference.random_values(rng, (ROWS, DIM), "bfloat16", -0.01, 0.01)
+  v = reference.random_values(rng, (ROWS,), "bfloat16", 0, 1e-4)
+  grad = reference.random_values(rng, (len(INDICES), DIM), "float32", -1e-2, 1e-2)
+  light = dict(rowwise_second_moment=True, stochastic_rounding=True, seed=11, step=3)
+  want = reference.sparse_lazy_adam(var, m, v, grad, INDICES, "float32", lr=0.05, beta1=0.9,
+                                    beta2=0.999, epsilon=1e-7, beta1_power=0.9**3,
+                                    beta2_power=0.999**3, slot_dtype="bfloat16", **light)
+  tv, tm, tvv = tf.Variable(var), _bfloat16_variable(m), _bfloat16_variable(v)
+  ops.sparse_lazy_adam(tv, tm, tvv, grad, INDICES, beta_1_power=0.9**3, beta_2_power=0.999**3,
+                       slot_dtype=tf.bfloat16, **ADAM, **light)
+  for got, expected in zip((tv.numpy(), tm.numpy().view(np.uint16), tvv.numpy().view(np.uint16)),
+                           want):
+    np.testing.assert_array_equal(got.view(np.uint8), np.asarray(expected).view(np.uint8))
+
+  accum = reference.random_values(rng, (ROWS, DIM), "bfloat16", 0, 0.1)
+  want_var, want_accum, want_scale = reference.sparse_clippy_adagrad(var, accum, grad, INDICES,
+                                                                     "float32",
+                                                                     accumulator_dtype="bfloat16",
+                                                                     stochastic_rounding=True,
+                                                                     seed=11, step=3, **CLIPPY)
+  tv, ta = tf.Variable(var), _bfloat16_variable(accum)
+  scale = ops.sparse_clippy_adagrad(tv, ta, grad, INDICES, accumulator_dtype=tf.bfloat16,
+                                    stochastic_rounding=True, seed=11, step=3, **CLIPPY)
+  np.testing.assert_array_equal(tv.numpy().view(np.uint8), want_var.view(np.uint8))
+  np.testing.assert_array_equal(ta.numpy().view(np.uint16), want_accum)
+  assert float(scale) == float(want_scale)
