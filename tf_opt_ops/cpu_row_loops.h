@@ -29,6 +29,9 @@ struct HalfKindOf<Eigen::half> {
 template <>
 struct HalfKindOf<Eigen::bfloat16> {
   static constexpr HalfKind value = HalfKind::kBfloat16;
+  static Eigen::bfloat16 FromBits(uint16_t bits) {
+    return Eigen::numext::bit_cast<Eigen::bfloat16>(bits);
+  }
 };
 
 // Updates that move less than this run on the calling thread: waking a pool

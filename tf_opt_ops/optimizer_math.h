@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -162,6 +163,9 @@ struct HalfKindOf<__half> {
 template <>
 struct HalfKindOf<__nv_bfloat16> {
   static constexpr HalfKind value = HalfKind::kBfloat16;
+  static TF_OPT_OPS_HOST_DEVICE __nv_bfloat16 FromBits(uint16_t bits) {
+    return __ushort_as_bfloat16(bits);
+  }
 };
 #endif
 
@@ -216,6 +220,21 @@ TF_OPT_OPS_HOST_DEVICE RowNoise RowNoiseOf(const AdamStateLayout& layout, int64_
   return RowNoise{SlotRowKey(layout, 0, row), SlotRowKey(layout, 1, row)};
 }
 
+// x rounded to nearest even in S, as Store rounds; for bfloat16 from the bits
+// themselves (NaN quiet, with its sign, as Eigen's conversion), so that no
+// conversion's NaN branch keeps a row loop from vectorizing.
+template <typename S>
+TF_OPT_OPS_HOST_DEVICE S StoreNearest(float x) {
+  if constexpr (HalfKindOf<S>::value == HalfKind::kBfloat16) {
+    const uint32_t bits = FloatBits(x);
+    const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
+    return HalfKindOf<S>::FromBits(static_cast<uint16_t>(x != x ? nan : nearest));
+  } else {
+    return Store<S>(x);
+  }
+}
+
 // x rounded to the 16-bit type S stochastically: to the neighbour of larger
 // magnitude with probability (|x| - lower) / (upper - lower), taking that
 // probability from the 32 random bits `noise`; the result is exact in S.
@@ -233,8 +252,13 @@ TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
     const uint32_t bits = FloatBits(x);
     const float a = Abs<float>(x);
     if constexpr (kind == HalfKind::kBfloat16) {
-      const float rounded = BitsFloat((bits + (noise >> 16)) & 0xFFFF0000u);
-      return Store<S>(a < 3.38953139e38f ? rounded : x);  // largest bfloat16
+      // Beyond the largest bfloat16 (and NaN): to nearest, as StoreNearest (whose bits are
+      // selected here, not its result: a select of integers keeps the loop vectorized).
+      const uint32_t stochastic = (bits + (noise >> 16)) >> 16;
+      const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+      const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
+      const uint32_t out = x != x ? nan : (a < 3.38953139e38f ? stochastic : nearest);
+      return HalfKindOf<S>::FromBits(static_cast<uint16_t>(out));
     } else {
       // float16 normals keep 11 significant bits; its subnormals are multiples of
       // 2^-24, rounded up with probability the fraction of 2^-24 (24 random bits).
@@ -261,6 +285,8 @@ template <bool kStochastic, typename S, typename C>
 TF_OPT_OPS_HOST_DEVICE S StoreSlot(C x, uint32_t key, int64_t j) {
   if constexpr (kStochastic) {
     return StoreStochastic<S>(static_cast<float>(x), Mix32(key + static_cast<uint32_t>(j)));
+  } else if constexpr (std::is_same_v<C, float>) {
+    return StoreNearest<S>(x);
   } else {
     return Store<S>(x);
   }
@@ -419,6 +445,8 @@ template <bool kStochastic, typename A, typename C>
 TF_OPT_OPS_HOST_DEVICE A StoreAccum(C x, const ClippyStep<C>& s, int64_t e) {
   if constexpr (kStochastic) {
     return StoreStochastic<A>(static_cast<float>(x), ClippyNoise(s.noise_key, e));
+  } else if constexpr (std::is_same_v<C, float>) {
+    return StoreNearest<A>(x);
   } else {
     return Store<A>(x);
   }
