@@ -223,6 +223,18 @@ def _apply_gradients_step(optimizer, table, case):
   return step
 
 
+def distinct_row_steps(case, seed, count=4):
+  """`count` steps of (indices, gradient rows) naming `case.batch` distinct rows each."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  steps = []
+  for _ in range(count):
+    rows = rng.choice(case.rows, case.batch, replace=False)
+    steps.append((tf.constant(rows.astype(np.int64)),
+                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+  return steps
+
+
 # ------------------------------------------------ Keras 3 LazyAdam in XLA
 def xla_cases(quick):
   if quick:
@@ -240,12 +252,7 @@ def bench_keras3_xla(case, rounds, seed=0):
   from tf_opt_ops import _loader  # pylint: disable=g-import-not-at-top
   from tf_opt_ops import keras as k3_ops  # pylint: disable=g-import-not-at-top
 
-  rng = np.random.default_rng(seed)
-  steps = []
-  for _ in range(4):
-    rows = rng.choice(case.rows, case.batch, replace=False)
-    steps.append((tf.constant(rows.astype(np.int64)),
-                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+  steps = distinct_row_steps(case, seed)
   shape = tf.constant([case.rows, case.dim], tf.int64)
 
   def variant(jit_compile):
@@ -322,12 +329,7 @@ def bench_light_state(case, rounds, seed=0):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
 
-  rng = np.random.default_rng(seed)
-  steps = []
-  for _ in range(4):
-    rows = rng.choice(case.rows, case.batch, replace=False)
-    steps.append((tf.constant(rows.astype(np.int64)),
-                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+  steps = distinct_row_steps(case, seed)
 
   def variant(layout):
     slot_dtype = tf.as_dtype(layout.get("slot_dtype", "float32"))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_opt_ops import checkpoints
 import common
 
 ROWS, COLS = 64, 12
@@ -126,6 +127,13 @@ def test_light_options_are_checked():
     api.LazyAdam(slot_dtype="bfloat16", seed=-1)
 
 
+def _trained(opt, flavor, path):
+  """`opt` after two steps on fresh variables, the variables, and a checkpoint of both."""
+  variables = _variables(flavor)
+  _steps(opt, variables, 1, 3)
+  return opt, variables, tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(path))
+
+
 def _slots_by_variable(opt, variables):
   """[(m, v)] of each of `variables`, as NumPy float64."""
   if hasattr(opt, "get_slot"):
@@ -141,18 +149,15 @@ def _slots_by_variable(opt, variables):
 
 @pytest.mark.parametrize("flavor", common.FLAVORS)
 def test_a_converted_checkpoint_restores_into_the_other_layout(flavor, tmp_path):
-  from tf_opt_ops import convert_checkpoint  # pylint: disable=g-import-not-at-top
   api = common.flavor_module(flavor)
-  variables = _variables(flavor)
-  adam = api.LazyAdam(learning_rate=0.01)
-  _steps(adam, variables, 1, 3)
+  adam, variables, path = _trained(api.LazyAdam(learning_rate=0.01), flavor, tmp_path / "adam")
   full = _slots_by_variable(adam, variables)
-  path = tf.train.Checkpoint(variables=variables, optimizer=adam).save(str(tmp_path / "adam"))
 
   # Adam's float32 slots -> bfloat16 m and a row-wise v: cast, row means.
   light_path = str(tmp_path / "light")
-  assert convert_checkpoint(path, light_path, slot_dtype="bfloat16",
-                            rowwise_second_moment=True) == 4  # m and v of both variables
+  assert checkpoints.convert_checkpoint(
+      path, light_path, slot_dtype="bfloat16",
+      rowwise_second_moment=True) == 4  # m and v of both variables
   light_variables = _variables(flavor, seed=1)
   light = api.LazyAdam(learning_rate=0.01, **LIGHT["bf16-m-rowwise-v"])
   status = tf.train.Checkpoint(variables=light_variables, optimizer=light).restore(light_path)
@@ -170,7 +175,7 @@ def test_a_converted_checkpoint_restores_into_the_other_layout(flavor, tmp_path)
   path = tf.train.Checkpoint(variables=light_variables,
                              optimizer=light).save(str(tmp_path / "light_trained"))
   back_path = str(tmp_path / "back")
-  convert_checkpoint(path, back_path, slot_dtype="float32", rowwise_second_moment=False)
+  checkpoints.convert_checkpoint(path, back_path, slot_dtype="float32", rowwise_second_moment=False)
   back_variables = _variables(flavor, seed=2)
   back = api.LazyAdam(learning_rate=0.01)
   status = tf.train.Checkpoint(variables=back_variables, optimizer=back).restore(back_path)
@@ -192,7 +197,6 @@ def _build_slots(opt, variables):
 
 @pytest.mark.parametrize("flavor", common.FLAVORS)
 def test_converting_a_router_checkpoint_converts_the_adam_slots_only(flavor, tmp_path):
-  from tf_opt_ops import checkpoints  # pylint: disable=g-import-not-at-top
   api = common.flavor_module(flavor)
 
   def router(**light):
@@ -220,8 +224,12 @@ def test_converting_a_router_checkpoint_converts_the_adam_slots_only(flavor, tmp
   _steps(light, light_variables, 3, 4)
 
 
+def test_the_converter_is_public():
+  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  assert tf_opt_ops.convert_checkpoint is checkpoints.convert_checkpoint
+
+
 def test_a_checkpoint_without_adam_slots_is_refused(tmp_path):
-  from tf_opt_ops import checkpoints  # pylint: disable=g-import-not-at-top
   path = tf.train.Checkpoint(v=tf.Variable([1.0])).save(str(tmp_path / "plain"))
   with pytest.raises(ValueError, match="holds no Adam slots"):
     checkpoints.convert_checkpoint(path, str(tmp_path / "out"), slot_dtype="bfloat16",
@@ -255,14 +263,10 @@ def test_clippy_accumulator_dtype_trains_configures_and_resumes(flavor, tmp_path
 
 @pytest.mark.parametrize("flavor", common.FLAVORS)
 def test_a_converted_clippy_checkpoint_restores_with_the_accumulator_dtype(flavor, tmp_path):
-  from tf_opt_ops import convert_checkpoint  # pylint: disable=g-import-not-at-top
   api = common.flavor_module(flavor)
-  variables = _variables(flavor)
-  opt = api.ClippyAdagrad(learning_rate=0.1)
-  _steps(opt, variables, 1, 3)
-  path = tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(tmp_path / "clippy"))
+  opt, _, path = _trained(api.ClippyAdagrad(learning_rate=0.1), flavor, tmp_path / "clippy")
   light_path = str(tmp_path / "light")
-  assert convert_checkpoint(path, light_path, accumulator_dtype="bfloat16") == 2
+  assert checkpoints.convert_checkpoint(path, light_path, accumulator_dtype="bfloat16") == 2
   light_variables = _variables(flavor, seed=1)
   light = api.ClippyAdagrad(learning_rate=0.1, accumulator_dtype="bfloat16")
   status = tf.train.Checkpoint(variables=light_variables, optimizer=light).restore(light_path)
