@@ -89,7 +89,7 @@ peer-tests: build
 
 # Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
 # and runs ruff (ruff.toml). CI runs `make lint`.
-PY_SRC_DIRS := python tests gpu_check tools
+PY_SRC_DIRS := python benchmarks demo tests gpu_check tools
 CXX_SRCS = $(wildcard tf_opt_ops/*.h tf_opt_ops/*.cc gpu_check/*.cc serving/*.c)
 
 clang-format:
@@ -108,14 +108,14 @@ lint: venv clang-format
 # The main job: trains a recommender with the router against Keras Adam
 # (ARGS="--flavor tf_keras", "--data ratings.csv", ...); writes demo_out/.
 demo: build
-	PYTHONPATH=python $(PY) -m tf_opt_ops.demo $(ARGS)
+	PYTHONPATH=python $(PY) -m demo.recommender $(ARGS)
 
 # `make bench QUICK=1` runs a few cases in under 3 minutes; results go to bench/results/.
-# The ops alone (tf_opt_ops.bench), then a whole DLRM train step (tf_opt_ops.bench_e2e;
+# The ops alone (benchmarks.bench), then a whole DLRM train step (benchmarks.bench_e2e;
 # E2E_ARGS="--memory-gib 48" runs the cases that need more memory).
 bench: build
-	PYTHONPATH=python $(PY) -m tf_opt_ops.bench $(if $(QUICK),--quick)
-	PYTHONPATH=python $(PY) -m tf_opt_ops.bench_e2e $(if $(QUICK),--quick) $(E2E_ARGS)
+	PYTHONPATH=python $(PY) -m benchmarks.bench $(if $(QUICK),--quick)
+	PYTHONPATH=python $(PY) -m benchmarks.bench_e2e $(if $(QUICK),--quick) $(E2E_ARGS)
 
 # ---------------------------------------------------------------- CUDA toolchain
 # The CUDA kernels are compiled by Debian's clang-19 against a CUDA 12.2 toolkit

@@ -1,8 +1,8 @@
 """Benchmark: the fused ops against what users run today, and against memory bandwidth.
 
-    python -m tf_opt_ops.bench [--quick] [--rounds N] [--out bench/results]
-    python -m tf_opt_ops.bench --xla     # only Keras 3 LazyAdam with and without XLA
-    python -m tf_opt_ops.bench --light   # only sparse lazy Adam by slot layout
+    python -m benchmarks.bench [--quick] [--rounds N] [--out bench/results]
+    python -m benchmarks.bench --xla     # only Keras 3 LazyAdam with and without XLA
+    python -m benchmarks.bench --light   # only sparse lazy Adam by slot layout
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
@@ -13,7 +13,7 @@ subprocess (TFRS refuses Keras 3), with our op timed in the same rounds there.
 Keras 3 LazyAdam runs in a `tf.function` without and with `jit_compile` (the
 op's XLA kernel), and with `jit_compile` as it ran before XLA kernels (the
 standard-ops fallback), all in the same rounds. A whole recommender train
-step is `tf_opt_ops.bench_e2e`'s.
+step is `benchmarks.bench_e2e`'s.
 """
 
 import argparse
@@ -480,8 +480,12 @@ def clippy_worker(names, rounds):
 def run_json_worker(module, args, env, marker, what):
   """Runs `python -m module *args` with `env`; the JSON its stdout prints after `marker`.
 
-  Raises RuntimeError, with the end of its stderr, when it prints none.
+  The folder that holds this package goes first on the worker's PYTHONPATH, so that
+  `module` imports wherever this process was started. Raises RuntimeError, with the end of
+  its stderr, when it prints none.
   """
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p))
   proc = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True,
                         text=True, check=False)
   for line in proc.stdout.splitlines():
@@ -493,7 +497,7 @@ def run_json_worker(module, args, env, marker, what):
 def bench_clippy(names, rounds):
   env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
   return run_json_worker(
-      "tf_opt_ops.bench",
+      "benchmarks.bench",
       ["--clippy-worker", json.dumps(names), "--rounds",
        str(rounds)], env, "CLIPPY_JSON ", "the Clippy benchmark subprocess")
 

@@ -1,6 +1,6 @@
 """End-to-end benchmark: a whole train step of a DLRM-shaped recommender.
 
-    python -m tf_opt_ops.bench_e2e [--quick] [--rounds N] [--out bench/results]
+    python -m benchmarks.bench_e2e [--quick] [--rounds N] [--out bench/results]
                                    [--memory-gib 24]
 
 The model has the shape of DLRM on the Criteo display-advertising data: 26
@@ -39,7 +39,7 @@ the same model, so its tables are held once; each contender's first step is
 the correctness check, from the same weights, against a NumPy reference of
 that optimizer's first step. Then the contenders and two partial steps
 (forward; forward and backward) are timed in interleaved rounds, as in
-`tf_opt_ops.bench`; "× floor" is the median over rounds of the step time over
+`benchmarks.bench`; "× floor" is the median over rounds of the step time over
 the floor's in the same round; the optimizer's share is the median over rounds
 of the step's time less the forward-and-backward time.
 """
@@ -55,7 +55,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tf_opt_ops import bench
+from benchmarks import bench
 from tf_opt_ops._convert import handle
 
 # The 26 categorical features of the Criteo Kaggle display-advertising data, as
@@ -268,7 +268,7 @@ class KerasOptimizerStep:
 class CompositeLazyAdam:
   """Lazy Adam as TF Addons' and Merlin's `LazyAdam` run it.
 
-  Sparse gradients: the standard-ops row update (`tf_opt_ops.bench`'s
+  Sparse gradients: the standard-ops row update (`benchmarks.bench`'s
   composite baseline); dense ones: TensorFlow's fused `ResourceApplyAdam`,
   which their Adam base class runs.
   """
@@ -512,7 +512,7 @@ def run_worker_subprocess(case, flavor, rounds, contenders=tuple(CONTENDERS)):
   if flavor == "tf_keras":
     env["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf_keras there, as for a tf_keras user
   spec = {"case": dataclasses.asdict(case), "flavor": flavor, "contenders": list(contenders)}
-  return bench.run_json_worker("tf_opt_ops.bench_e2e",
+  return bench.run_json_worker("benchmarks.bench_e2e",
                                ["--worker", json.dumps(spec), "--rounds",
                                 str(rounds)], env, "E2E_JSON ",
                                f"the end-to-end benchmark of {case.label} in {flavor}")

@@ -1,6 +1,6 @@
 """Hogwild benchmark: N concurrent appliers updating one table without `use_locking`.
 
-    python -m tf_opt_ops.bench_hogwild [--quick] [--seconds S] [--out bench/results]
+    python -m benchmarks.bench_hogwild [--quick] [--seconds S] [--out bench/results]
 
 One 1,000,000 x 64 float32 table (with Adam's m and v), sparse lazy-Adam
 updates of B = 16,384 random rows, applied by N = 1, 2, 4 appliers at once:
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from tf_opt_ops import bench
+from benchmarks import bench
 
 ROWS, DIM, BATCH = 1_000_000, 64, 16_384
 LR, BETA_1, BETA_2, EPSILON = 0.001, 0.9, 0.999, 1e-7
@@ -168,7 +168,7 @@ def main(argv=None):
       row = {}
       for variant in VARIANTS:
         result = bench.run_json_worker(
-            "tf_opt_ops.bench_hogwild",
+            "benchmarks.bench_hogwild",
             ["--worker", json.dumps([mode, variant, n, seconds])], None, MARKER,
             f"{mode} {variant} N={n}")
         row[variant] = result["updates_per_s"]

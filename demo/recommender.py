@@ -1,7 +1,7 @@
 """The main job: train a small recommender with tf_opt_ops against Keras Adam.
 
-    python -m tf_opt_ops.demo [--data ratings.csv] [--flavor keras|tf_keras|legacy] [--out demo_out]
-        [--strategy one-device|parameter-server|multi-worker]
+    python -m demo.recommender [--data ratings.csv] [--flavor keras|tf_keras|legacy]
+        [--out demo_out] [--strategy one-device|parameter-server|multi-worker]
 
 Two runs on the same data, seeds and epochs: (1) `MultiOptimizer` with
 `LazyAdam` on the embedding tables and `ClippyAdagrad` on the MLP tower,
@@ -452,12 +452,19 @@ def training_strategy(args):
 
 def launch_multi_worker(argv):
   """Runs this demo as 2 MultiWorkerMirroredStrategy workers; worker 0 prints the report."""
+  import tf_opt_ops  # pylint: disable=g-import-not-at-top
   from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv[1:] if argv is None else argv) + ["--multi-worker-task"]
   sys.stdout.flush()
+  # The workers import this demo and the tf_opt_ops this process runs, wherever it started.
+  roots = [
+      os.path.dirname(os.path.dirname(os.path.abspath(f))) for f in (__file__, tf_opt_ops.__file__)
+  ]
+  env = dict(os.environ,
+             PYTHONPATH=os.pathsep.join(p for p in (*roots, os.environ.get("PYTHONPATH")) if p))
   with LocalCluster(
-      num_workers=2, num_ps=0, chief=False, stdout=None,
-      task_command=lambda job, index: [sys.executable, "-m", "tf_opt_ops.demo", *argv]) as cluster:
+      num_workers=2, num_ps=0, chief=False, stdout=None, env=env,
+      task_command=lambda job, index: [sys.executable, "-m", "demo.recommender", *argv]) as cluster:
     print(
         f"workers: {json.dumps(cluster.spec)}; PIDs "
         f"{', '.join(str(p.pid) for p in cluster.procs)}", flush=True)

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_opt_ops import bench, ops, reference
+from benchmarks import bench
+from tf_opt_ops import ops, reference
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ TINY_DLRM = dict(cap=40, dim=4, batch=64, bottom=(8,), top=(8,))
 
 
 def test_dlrm_tables_are_the_criteo_sizes_capped():
-  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
   case = bench_e2e.DlrmCase(cap=1_000, dim=16, batch=4_096)
   assert len(case.rows) == 26
   assert max(case.cardinalities) == 10_131_227 and min(case.cardinalities) == 3
@@ -137,7 +138,7 @@ def test_dlrm_tables_are_the_criteo_sizes_capped():
 
 
 def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
-  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
   case = bench_e2e.DlrmCase(**TINY_DLRM)
   for flavor in bench_e2e.FLAVORS:
     result = bench_e2e.run_case(case, flavor, rounds=1, batches=2)
@@ -159,7 +160,7 @@ def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
 def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
   """The floor's SGD step is not Adam's: checked as Adam, it fails."""
   import pytest  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
   monkeypatch.setitem(bench_e2e.CONTENDERS, "floor", ("SGD checked as Adam", "adam", "adam"))
   with pytest.raises(AssertionError, match="not the adam reference"):
     bench_e2e.run_case(bench_e2e.DlrmCase(**TINY_DLRM), "keras", rounds=1, batches=2,
@@ -167,7 +168,7 @@ def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
 
 
 def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floor():
-  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
   small = bench_e2e.DlrmCase(cap=200_000, dim=16, batch=4_096)
   assert small.contender_groups(24) == (tuple(bench_e2e.CONTENDERS),)
   uncapped = bench_e2e.DlrmCase(cap=None, dim=16, batch=4_096)
@@ -180,7 +181,7 @@ def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floo
 
 
 def test_grouped_dlrm_runs_merge_every_contender_against_its_own_floor(monkeypatch):
-  from tf_opt_ops import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
   python_dir = os.path.dirname(os.path.dirname(bench_e2e.__file__))
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
   case = bench_e2e.DlrmCase(**TINY_DLRM)

@@ -9,7 +9,7 @@ import pytest
 
 import common
 
-from tf_opt_ops import demo
+from demo import recommender
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -24,7 +24,7 @@ def test_ratings_are_remapped_and_thresholded(tmp_path):
   path = write(
       tmp_path, "userId,movieId,rating,timestamp\n"
       "10,500,4.0,1\n10,7,3.5,2\n99,500,5,3\n\n42,7,1.0,4\n")
-  data = demo.load_ratings(path)
+  data = recommender.load_ratings(path)
   np.testing.assert_array_equal(data.users, [0, 0, 1, 2])
   np.testing.assert_array_equal(data.items, [0, 1, 0, 1])
   np.testing.assert_array_equal(data.labels, [1, 0, 1, 0])
@@ -32,7 +32,7 @@ def test_ratings_are_remapped_and_thresholded(tmp_path):
 
 
 def test_columns_may_come_in_any_order(tmp_path):
-  data = demo.load_ratings(write(tmp_path, "rating,timestamp,movieId,userId\n4.5,0,3,8\n"))
+  data = recommender.load_ratings(write(tmp_path, "rating,timestamp,movieId,userId\n4.5,0,3,8\n"))
   assert data.labels.tolist() == [1.0] and data.num_users == 1
 
 
@@ -47,19 +47,19 @@ def test_columns_may_come_in_any_order(tmp_path):
 ])
 def test_bad_ratings_files_name_the_file_and_line(tmp_path, text, message):
   path = write(tmp_path, text)
-  with pytest.raises(demo.DataError) as error:
-    demo.load_ratings(path)
+  with pytest.raises(recommender.DataError) as error:
+    recommender.load_ratings(path)
   assert str(error.value).startswith(path)
   assert message in str(error.value)
 
 
 def test_missing_file_is_a_clear_error(tmp_path, capsys):
-  assert demo.main(["--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path)]) == 2
+  assert recommender.main(["--data", str(tmp_path / "nope.csv"), "--out", str(tmp_path)]) == 2
   assert "nope.csv: cannot open" in capsys.readouterr().err
 
 
 def test_planted_clicks_are_skewed_and_learnable():
-  data = demo.planted_clicks(5_000, 1_000, 50_000, seed=1)
+  data = recommender.planted_clicks(5_000, 1_000, 50_000, seed=1)
   assert 0.1 < data.labels.mean() < 0.6
   # Popularity skew: the top 1% of items take a large share of the examples.
   counts = np.sort(np.bincount(data.items, minlength=1_000))[::-1]
@@ -71,7 +71,7 @@ def test_roc_auc_against_pairs():
   scores = np.array([0.1, 0.4, 0.35, 0.8, 0.8, 0.2])
   pairs = [(p, n) for p in scores[labels == 1] for n in scores[labels == 0]]
   expected = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs])
-  assert demo.roc_auc(labels, scores) == pytest.approx(expected)
+  assert recommender.roc_auc(labels, scores) == pytest.approx(expected)
 
 
 def check_curve(run, evaluations):
@@ -86,7 +86,7 @@ def check_curve(run, evaluations):
 @pytest.mark.slow
 def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   out = tmp_path / "out"
-  code = demo.main([
+  code = recommender.main([
       "--users", "2000", "--items", "500", "--examples", "60000", "--epochs", "2", "--batch-size",
       "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--out",
       str(out)
@@ -121,9 +121,9 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
 
 def test_cluster_strategies_need_a_tf_keras_flavor(capsys):
   with pytest.raises(SystemExit):
-    demo.parse_args(["--strategy", "parameter-server", "--flavor", "keras"])
+    recommender.parse_args(["--strategy", "parameter-server", "--flavor", "keras"])
   assert "needs --flavor tf_keras or legacy" in capsys.readouterr().err
-  assert demo.parse_args(["--strategy", "multi-worker"]).flavor == "tf_keras"
+  assert recommender.parse_args(["--strategy", "multi-worker"]).flavor == "tf_keras"
 
 
 @pytest.mark.slow
@@ -132,10 +132,11 @@ def test_cluster_strategies_need_a_tf_keras_flavor(capsys):
 def test_demo_on_a_localhost_cluster(tmp_path, strategy):
   """The demo as `make demo ARGS="--strategy ..."` runs it: the table, and no task left behind."""
   out = tmp_path / "out"
-  proc = common.run_python(None, "-m", "tf_opt_ops.demo", "--strategy", strategy, "--users", "1000",
-                           "--items", "300", "--examples", "20000", "--epochs", "1",
-                           "--evals-per-epoch", "2", "--batch-size", "512", "--embedding-dim", "8",
-                           "--learning-rate", "0.01", "--out", str(out), timeout=400)
+  proc = common.run_python(None, "-m", "demo.recommender", "--strategy", strategy, "--users",
+                           "1000", "--items", "300", "--examples", "20000", "--epochs", "1",
+                           "--evals-per-epoch", "2", "--batch-size",
+                           "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--out",
+                           str(out), cwd=common.ROOT, timeout=400)
   assert "| run | best AUC (at s) | final AUC |" in proc.stdout
   pids = [int(p) for p in re.search(r"PIDs ([\d, ]+)", proc.stdout).group(1).split(", ")]
   assert len(pids) == (4 if strategy == "parameter-server" else 2)
@@ -150,7 +151,7 @@ def test_demo_on_a_localhost_cluster(tmp_path, strategy):
 
 def test_best_and_final_leave_out_the_untrained_start():
   points = [(0.0, 0.5, 0.69), (1.0, 0.61, 0.60), (2.0, 0.59, 0.58), (3.0, 0.58, 0.62)]
-  assert demo.best_and_final(points) == {
+  assert recommender.best_and_final(points) == {
       "auc": 0.58, "log_loss": 0.62, "best_auc": 0.61, "best_auc_seconds": 1.0,
       "best_log_loss": 0.58, "best_log_loss_seconds": 2.0
   }
