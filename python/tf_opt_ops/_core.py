@@ -23,13 +23,13 @@ import tensorflow as tf
 
 from tf_opt_ops import _loader
 from tf_opt_ops import _standard_ops
+from tf_opt_ops import _tf_private
 from tf_opt_ops import ops
 from tf_opt_ops._convert import adam_scalars
 from tf_opt_ops._convert import handle
 from tf_opt_ops._convert import scalar
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._convert import value_dtype
-from tf_opt_ops._standard_ops import in_xla_context
 
 _logged = set()
 _log_lock = threading.Lock()
@@ -56,7 +56,7 @@ def xla_fallback(what, var):
   variable on a GPU without GPU kernels) the standard-ops fallback runs. Why: see docs/design.md,
   "XLA".
   """
-  if not in_xla_context():
+  if not _tf_private.in_xla_context():
     return False
   reason = _loader.xla_unavailable(gpu=_on_gpu(var))
   if reason is None:
@@ -192,7 +192,7 @@ class LightSlots:
   def variable_seed(self, var):
     """The noise seed of `var`: the optimizer's seed and the variable's name, so that tables
     of one shape do not round alike, and a rerun of the same program rounds the same."""
-    name = getattr(var, "path", None) or getattr(var, "_shared_name", None) or var.name
+    name = getattr(var, "path", None) or _tf_private.shared_name(var) or var.name
     name = str(name).split(":")[0]
     return (self.seed << 32) | zlib.crc32(name.encode())
 
@@ -289,7 +289,7 @@ def _refuse_light_state_in_standard_ops(what, var, on_mesh):
   """Raises where only the standard-ops formulation can run (DTensor, XLA without kernels):
   light state exists only in the V2 ops."""
   reason = None if on_mesh else (_loader.xla_unavailable(
-      gpu=_on_gpu(var)) if in_xla_context() else None)
+      gpu=_on_gpu(var)) if _tf_private.in_xla_context() else None)
   if on_mesh or reason is not None:
     where = "under DTensor" if on_mesh else f"inside XLA here ({reason})"
     raise ValueError(f"{what} (light optimizer state) runs only in its fused op, which cannot "
@@ -388,12 +388,6 @@ def _assign_factor(clipping_factor, scale):
     return tf.identity(scale)
 
 
-def sharded_container(var):
-  """The `ShardedVariable` `var` is a shard of, or None."""
-  container = getattr(var, "_sharded_container", None)
-  return container() if container is not None else None
-
-
 def sharded_clippy_scales(grads_and_vars, key, accumulator, lr, **options):
   """{key(shard): the clipping scale of the whole variable} for the shards in `grads_and_vars`.
 
@@ -407,7 +401,7 @@ def sharded_clippy_scales(grads_and_vars, key, accumulator, lr, **options):
   """
   shards_of = {}
   for grad, var in grads_and_vars:
-    container = sharded_container(var)
+    container = _tf_private.sharded_container(var)
     if grad is not None and container is not None:
       shards_of.setdefault(id(container), []).append((grad, var))
   scales = {}

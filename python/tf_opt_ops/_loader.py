@@ -10,8 +10,8 @@ import sys
 import tensorflow as tf
 import tf_opt_ops_sysconfig
 from tensorflow.core.framework import op_def_pb2
-from tensorflow.python.client import pywrap_tf_session
-from tensorflow.python.framework import _pywrap_python_op_gen
+
+from tf_opt_ops import _tf_private
 
 OP_PREFIX = "TfOptOps>"
 BUILD_ID_OP = OP_PREFIX + "BuildId"
@@ -71,12 +71,9 @@ def missing_library_message(running, built):
 
 def registered_ops():
   """Our ops already in TensorFlow's op registry, by name (OpDef protos)."""
-  buffer = pywrap_tf_session.TF_GetAllOpList()
-  try:
-    op_list = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetBuffer(buffer))
-  finally:
-    pywrap_tf_session.TF_DeleteBuffer(buffer)
-  return {op.name: op for op in op_list.op if op.name.startswith(OP_PREFIX)}
+  return {
+      op.name: op for op in _tf_private.all_registered_ops().op if op.name.startswith(OP_PREFIX)
+  }
 
 
 def registered_build_id(ops):
@@ -108,11 +105,11 @@ def check_registered_build(registered, ours):
 def module_from_registry(ops):
   """The wrappers tf.load_op_library would return, made from already registered ops."""
   op_list = op_def_pb2.OpList(op=[ops[name] for name in sorted(ops)])
-  wrappers = _pywrap_python_op_gen.GetPythonWrappers(op_list.SerializeToString())
+  wrappers = _tf_private.python_op_wrappers(op_list)
   module = importlib.util.module_from_spec(
       importlib.machinery.ModuleSpec("tf_opt_ops._registered_ops", None))
   exec(wrappers, module.__dict__)  # pylint: disable=exec-used
-  module._IS_TENSORFLOW_PLUGIN = True  # pylint: disable=protected-access
+  _tf_private.mark_as_plugin(module)
   sys.modules[module.__name__] = module
   return module
 

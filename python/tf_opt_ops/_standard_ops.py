@@ -17,20 +17,12 @@ variables compute in float32; only the stored values are rounded.
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
-
+from tf_opt_ops import _tf_private
 from tf_opt_ops._convert import adam_scalars
 from tf_opt_ops._convert import clippy_scalars
 from tf_opt_ops._convert import handle
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops._convert import value_dtype
-
-
-def in_xla_context():
-  """True while tracing inside an XLA-compiled function (`jit_compile=True`)."""
-  if tf.executing_eagerly():
-    return False
-  return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def _none_unless_all_in_range(var, rows):
@@ -106,7 +98,7 @@ def _gradient(var, grad, indices, masked=False):
     return stored, tf.math.unsorted_segment_sum(g, indices,
                                                 rows), _Touched(indices, rows, var.shape.rank)
   g, rows = deduplicate(g, indices)
-  if in_xla_context():
+  if _tf_private.in_xla_context():
     rows = _none_unless_all_in_range(var, rows)
   return stored, g, rows
 

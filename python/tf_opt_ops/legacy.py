@@ -19,6 +19,7 @@ import tensorflow as tf
 from tf_opt_ops import _core
 from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
+from tf_opt_ops import _tf_private
 from tf_opt_ops._convert import scalar_dtype
 from tf_opt_ops.routers.legacy import CompositeOptimizer
 from tf_opt_ops.routers.legacy import MultiOptimizer
@@ -28,7 +29,7 @@ __all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", 
 
 # tf_keras, or keras 2.15 on TensorFlow 2.15 (where it is tf.keras): see `_keras2`.
 keras2 = _keras2.package()
-_var_key = _keras2.src("optimizers.legacy.optimizer_v2")._var_key
+_var_key = _keras2.legacy_var_key
 
 
 class _LegacyMixin:
@@ -46,7 +47,7 @@ class _LegacyMixin:
     """
     containers = {}
     for var in var_list:
-      container = _core.sharded_container(var)
+      container = _tf_private.sharded_container(var)
       if container is not None:
         containers[id(container)] = container
     restored = []
@@ -189,13 +190,13 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
     key = _factor_key(var)
     if key in self._clipping_factors:
       return self._clipping_factors[key]
-    container = _core.sharded_container(var)
+    container = _tf_private.sharded_container(var)
     if container is not None:
       var = container.variables[0]
     # The variable's name, made unique among this optimizer's factors (eager
     # variables need not have unique names); stable for the same variables in
     # the same order. The suffix keeps it apart from `iter` and hyperparameters.
-    base = str(getattr(var, "_shared_name", None) or var.name.split(":")[0])
+    base = str(_tf_private.shared_name(var) or var.name.split(":")[0])
     if container is not None:
       base = re.sub(r"/part_\d+$", "", base)
     base = base.replace("/", "_")
@@ -265,7 +266,7 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
 
 def _factor_key(var):
   """The key of `var`'s clipping factor: that of its first shard for a shard."""
-  container = _core.sharded_container(var)
+  container = _tf_private.sharded_container(var)
   return _var_key(container.variables[0] if container is not None else var)
 
 

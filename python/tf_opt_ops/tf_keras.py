@@ -20,6 +20,7 @@ from tf_opt_ops import _core
 from tf_opt_ops import _keras2
 from tf_opt_ops import _restore_hints
 from tf_opt_ops import _registry
+from tf_opt_ops import _tf_private
 from tf_opt_ops.routers.tf_keras import CompositeOptimizer
 from tf_opt_ops.routers.tf_keras import MultiOptimizer
 from tf_opt_ops.routers.tf_keras import OptimizerBlocks
@@ -31,8 +32,7 @@ keras2 = _keras2.package()
 # tf_keras (TF 2.16+) keeps the state of a sharded variable as one ShardedVariable per slot in
 # `variables` and checkpoints; keras 2.15 keeps each shard's slot apart. `_TfKerasMixin`
 # joins them itself where the base class does not (see `_join_shards`).
-_BASE_JOINS_SHARDS = "_trackable_children" in vars(
-    _keras2.src("optimizers.optimizer")._BaseOptimizer)
+_BASE_JOINS_SHARDS = _keras2.base_optimizer_joins_shards()
 
 
 class _TfKerasMixin:
@@ -64,7 +64,7 @@ class _TfKerasMixin:
 
   def add_variable_from_reference(self, model_variable, variable_name, shape=None,
                                   initial_value=None):
-    container = None if _BASE_JOINS_SHARDS else _core.sharded_container(model_variable)
+    container = None if _BASE_JOINS_SHARDS else _tf_private.sharded_container(model_variable)
     if container is None:
       return super().add_variable_from_reference(model_variable, variable_name, shape=shape,
                                                  initial_value=initial_value)
@@ -114,7 +114,7 @@ class _TfKerasMixin:
                                                    "_iterations"):
           items = []
           for var in value:
-            container = _core.sharded_container(var)
+            container = _tf_private.sharded_container(var)
             item = var if container is None else container
             if not any(other is item for other in items):
               items.append(item)
@@ -140,7 +140,7 @@ class _TfKerasMixin:
     """
     building = not getattr(self, "_built", False)
     pending = {}
-    if building and any(_core.sharded_container(v) is not None for v in var_list):
+    if building and any(_tf_private.sharded_container(v) is not None for v in var_list):
       pending = dict(self._deferred_dependencies)
       self._deferred_dependencies.clear()
     yield
@@ -266,7 +266,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
           self.add_variable_from_reference(reference, "accumulator", initial_value=initial_value))
       if not self.export_clipping_factors:
         continue
-      container = _core.sharded_container(var)
+      container = _tf_private.sharded_container(var)
       if container is None:
         factor = self.add_variable_from_reference(
             var,
@@ -279,7 +279,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
       shards = shards_seen.setdefault(id(container), [])
       shards.append(var)
       if len(shards) == len(container.variables):
-        name = re.sub(r"/part_\d+$", "", var._shared_name)
+        name = re.sub(r"/part_\d+$", "", _tf_private.shared_name(var))
         factor = self.add_variable(shape=(), dtype=var.dtype, name=f"clipping_factor/{name}")
         self._add_clipping_factor(factor, shards)
 

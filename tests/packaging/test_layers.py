@@ -9,7 +9,7 @@ import common
 PACKAGE = os.path.join(common.PYTHON_DIR, "tf_opt_ops")
 # docs/design.md, "Layers", from the bottom up (the Python part).
 LAYERS = [
-    {"tf_opt_ops_sysconfig", "reference", "_version"},
+    {"tf_opt_ops_sysconfig", "reference", "_version", "_tf_private"},
     {"_loader", "ops", "_convert", "checkpoints"},
     {"_core", "_standard_ops"},
     {"_keras2", "_keras3", "_registry", "_hyperparameters", "_restore_hints"},
@@ -18,7 +18,7 @@ LAYERS = [
         "routers.keras", "routers.tf_keras", "routers.legacy"
     },
     {"keras", "tf_keras", "legacy", "__init__"},
-    {"export", "server", "demo", "bench", "bench_e2e", "bench_hogwild"},
+    {"export", "server"},
 ]
 
 

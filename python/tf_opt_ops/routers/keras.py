@@ -6,19 +6,13 @@ optimizer: no peer router exists for Keras 3. Why: see docs/design.md,
 "Routers".
 """
 
+from tf_opt_ops import _keras3  # ImportError on TensorFlow 2.15
 from tf_opt_ops import _registry
+from tf_opt_ops import _tf_private
 from tf_opt_ops.routers import core
-from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
+from tf_opt_ops._keras3 import keras
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
-
-
-def _unwrap(variable):
-  if isinstance(variable, keras.Variable):
-    variable = variable.value
-  if hasattr(variable, "_distributed_container"):
-    variable = variable._distributed_container()  # pylint: disable=protected-access
-  return variable
 
 
 class _KerasFlavor(core.Flavor):
@@ -47,8 +41,9 @@ class _KerasFlavor(core.Flavor):
     return keras.layers.deserialize(config)
 
   def var_key(self, variable):
-    variable = _unwrap(variable)
-    return getattr(variable, "_unique_id", id(variable))
+    if isinstance(variable, keras.Variable):
+      variable = variable.value
+    return _tf_private.variable_key(variable)
 
   def builds_once(self, optimizer):
     return True
@@ -62,12 +57,12 @@ class _KerasFlavor(core.Flavor):
 
   def own_trainable_variables(self, layer):
     if isinstance(layer, keras.layers.Layer):
-      return list(layer._trainable_variables)  # pylint: disable=protected-access
+      return _keras3.own_trainable_variables(layer)
     return list(layer.trainable_variables)
 
   def sub_layers(self, layer):
     if isinstance(layer, keras.layers.Layer):
-      return list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+      return _keras3.direct_sublayers(layer)
     return []
 
 

@@ -8,6 +8,7 @@ docs/design.md, "Routers".
 import re
 import warnings
 
+from tf_opt_ops import _tf_private
 from tf_opt_ops.routers import rules
 
 
@@ -17,7 +18,7 @@ def scope_name(name):
 
 
 def optimizer_label(optimizer):
-  name = getattr(optimizer, "_name", None)
+  name = _tf_private.given_name(optimizer)
   if not isinstance(name, str):
     name = getattr(optimizer, "name", None)
   return f"{type(optimizer).__name__}(name={name!r})"

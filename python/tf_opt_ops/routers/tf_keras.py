@@ -15,7 +15,6 @@ from tf_opt_ops.routers import tf_keras_common as _base
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
 keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
-_CallableList = _keras2.src("optimizers.optimizer").CallableList
 
 
 class OptimizerBlocks(core.OptimizerBlocks):
@@ -54,7 +53,7 @@ class _TfKerasRouter(_base.PeerRouter, keras2.optimizers.Optimizer):
   @property
   def variables(self):
     """Every saved sub-optimizer's variables, in checkpoint order."""
-    return _CallableList(self._all_variables())
+    return _keras2.callable_list(self._all_variables())
 
   def set_weights(self, weights):
     if not getattr(self, "_built", False):

@@ -14,28 +14,14 @@ Why: see docs/design.md, "Routers".
 import tensorflow as tf
 
 from tf_opt_ops import _keras2
+from tf_opt_ops import _tf_private
 from tf_opt_ops.routers import core
 from tf_opt_ops.routers.table import scope_name
 
 keras2 = _keras2.package()  # tf_keras, or keras 2.15 on TensorFlow 2.15
-_loss_scale = _keras2.src("mixed_precision.loss_scale_optimizer")
 
 _NewOptimizer = keras2.optimizers.Optimizer
 _LegacyOptimizer = keras2.optimizers.legacy.Optimizer
-
-
-def _var_key(variable):
-  # As `tf_keras.optimizers.Optimizer._var_key`: one key per distributed variable.
-  if hasattr(variable, "_distributed_container"):
-    variable = variable._distributed_container()  # pylint: disable=protected-access
-  else:
-    try:
-      handle = variable.handle
-    except (AttributeError, ValueError):  # A DistributedVariable in cross-replica context.
-      handle = None
-    if hasattr(handle, "_distributed_container"):
-      variable = handle._distributed_container()  # pylint: disable=protected-access
-  return getattr(variable, "_unique_id", id(variable))
 
 
 class TfKerasFlavor(core.Flavor):
@@ -52,7 +38,7 @@ class TfKerasFlavor(core.Flavor):
       raise self.type_error(
           optimizer, what,
           "tf_keras.optimizers.Optimizer or tf_keras.optimizers.legacy.Optimizer (tf_keras)")
-    if isinstance(optimizer, _loss_scale.BaseLossScaleOptimizer):
+    if isinstance(optimizer, _keras2.loss_scale_optimizer_class()):
       raise ValueError(f"{what}: a LossScaleOptimizer cannot be used inside a router; wrap the "
                        "router in the LossScaleOptimizer instead.")
 
@@ -83,7 +69,8 @@ class TfKerasFlavor(core.Flavor):
     return keras2.layers.deserialize(config)
 
   def var_key(self, variable):
-    return _var_key(variable)
+    # As `tf_keras.optimizers.Optimizer._var_key`: one key per distributed variable.
+    return _tf_private.variable_key(variable)
 
   def builds_once(self, optimizer):
     # OptimizerV2 creates slots for new variables on demand.
@@ -97,7 +84,7 @@ class TfKerasFlavor(core.Flavor):
     # The scope keeps the names of the sub-optimizers' `iter` variables apart
     # (HDF5 files store optimizer weights by name).
     with tf.init_scope(), tf.name_scope(scope):
-      optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+      _keras2.create_legacy_weights(optimizer, variables)
 
   def optimizer_variables(self, optimizer):
     if isinstance(optimizer, _NewOptimizer):
@@ -107,7 +94,7 @@ class TfKerasFlavor(core.Flavor):
   def learning_rate(self, optimizer):
     if isinstance(optimizer, _NewOptimizer):
       return optimizer.learning_rate
-    return optimizer._get_hyper("learning_rate")  # pylint: disable=protected-access
+    return _keras2.legacy_hyperparameter(optimizer, "learning_rate")
 
   def apply(self, optimizer, grads_and_vars, name, aggregate):
     """One sub-optimizer's `apply_gradients`, with the keywords of its API."""
@@ -119,44 +106,18 @@ class TfKerasFlavor(core.Flavor):
 
   def own_trainable_variables(self, layer):
     # Merlin's walk: each module's own `_trainable_weights`.
-    if hasattr(layer, "_trainable_weights"):
-      return list(layer._trainable_weights)  # pylint: disable=protected-access
-    return [] if self._is_keras_module(layer) else list(layer.trainable_variables)
+    return _keras2.own_trainable_weights(layer)
 
   def sub_layers(self, layer):
-    if not self._is_keras_module(layer):
-      return []
-    return list(layer._flatten_modules(include_self=False, recursive=False))  # pylint: disable=protected-access
-
-  @staticmethod
-  def _is_keras_module(layer):
-    return hasattr(layer, "_trainable_weights") and hasattr(layer, "_flatten_modules")
+    return _keras2.direct_sublayers(layer) if _keras2.is_module(layer) else []
 
   @staticmethod
   def rename_iterations(optimizer, scope):
-    """Gives an unbuilt new-API sub-optimizer's counter a unique name (`<scope>/iteration`).
-
-    Every tf_keras optimizer names its counter `iteration`, and HDF5 files store
-    optimizer weights by name, so two sub-optimizers could not be saved. The
-    counter is replaced (same value) the way the base class allows before the
-    optimizer is built: `iterations` and its slot in `variables`. Checkpoints
-    name it by attribute (`_iterations`), so their layout does not change.
-    """
-    # pylint: disable=protected-access
-    if not isinstance(optimizer, _NewOptimizer):
-      return
-    old = optimizer._iterations
-    variables = optimizer._variables
-    if (getattr(optimizer, "_built", False) or getattr(optimizer, "_mesh", None) or not variables or
-        variables[0] is not old or not str(old.name).startswith("iteration:")):
-      return
-    with tf.init_scope(), tf.name_scope(scope):
-      new = tf.Variable(old.read_value(), name="iteration", dtype=old.dtype, trainable=False)
-    optimizer._iterations = new
-    # A new list: a ListWrapper changed in place refuses to be checkpointed.
-    optimizer._variables = [new] + list(variables[1:])
-    if hasattr(optimizer, "_coalesced_children"):  # Checkpoint children cached by the base.
-      delattr(optimizer, "_coalesced_children")
+    """Gives an unbuilt new-API sub-optimizer's counter a unique name (`<scope>/iteration`):
+    see `_keras2.rename_iterations`. OptimizerV2 names its counter `iter` in the scope
+    `build` opens."""
+    if isinstance(optimizer, _NewOptimizer):
+      _keras2.rename_iterations(optimizer, scope)
 
 
 class PeerRouter:
