@@ -115,7 +115,7 @@ def composite_lazy_adam(var, m, v, grad, indices, lr_t, beta_1, beta_2, epsilon)
   """Lazy Adam as Python optimizers write it today (TF Addons / Merlin): unique +
   segment sum, gather, scatter back; `lr_t` is the step's bias-corrected rate.
   The same code is the optimizers' XLA fallback."""
-  from tf_opt_ops import _standard_ops  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import _standard_ops
   return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, lr=lr_t, beta_1=beta_1,
                                         beta_2=beta_2, epsilon=epsilon, step=None)
 
@@ -123,9 +123,9 @@ def composite_lazy_adam(var, m, v, grad, indices, lr_t, beta_1, beta_2, epsilon)
 def keras3_composite_lazy_adam(**kwargs):
   """TF Addons' LazyAdam written on Keras 3's Adam (TF Addons has no Keras 3 version): a
   sparse gradient updates its rows with the composite above, at the step's corrected rate."""
-  import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import _standard_ops  # pylint: disable=g-import-not-at-top
+  import keras
+  import tensorflow as tf
+  from tf_opt_ops import _standard_ops
 
   class CompositeLazyAdam(keras.optimizers.Adam):
 
@@ -152,10 +152,10 @@ def count_ops(fn, *args):
 
 
 def bench_lazy_adam(case, rounds, keras_adam, seed=0):
-  import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import reference  # pylint: disable=g-import-not-at-top
+  import keras
+  import tensorflow as tf
+  from tf_opt_ops import ops
+  from tf_opt_ops import reference
 
   rng = np.random.default_rng(seed)
   tables = [tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed)) for _ in range(2)]
@@ -196,7 +196,7 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
     variants["keras3_adam"] = keras3_adam
   if optimizer_level(case):
     # What users call: `apply_gradients` with an IndexedSlices, ours and the composite's.
-    from tf_opt_ops import keras as k3_ops  # pylint: disable=g-import-not-at-top
+    from tf_opt_ops import keras as k3_ops
     for name, optimizer in (("keras3_ours", k3_ops.LazyAdam(learning_rate=lr)),
                             ("keras3_composite", keras3_composite_lazy_adam(learning_rate=lr))):
       variants[name] = _apply_gradients_step(optimizer, keras.Variable(tables[1].read_value()),
@@ -211,7 +211,7 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
 
 
 def _apply_gradients_step(optimizer, table, case):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   optimizer.build([table])
   shape = tf.constant([case.rows, case.dim], tf.int64)
@@ -225,7 +225,7 @@ def _apply_gradients_step(optimizer, table, case):
 
 def distinct_row_steps(case, seed, count=4):
   """`count` steps of (indices, gradient rows) naming `case.batch` distinct rows each."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   rng = np.random.default_rng(seed)
   steps = []
   for _ in range(count):
@@ -247,10 +247,10 @@ def bench_keras3_xla(case, rounds, seed=0):
   `jit_compile=True` (the op's XLA kernel, a custom call updating the tables in
   place) and with `jit_compile=True` where the op has no XLA kernel (the
   standard-ops fallback, what ran inside XLA before). Each on its own table."""
-  import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import _loader  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import keras as k3_ops  # pylint: disable=g-import-not-at-top
+  import keras
+  import tensorflow as tf
+  from tf_opt_ops import _loader
+  from tf_opt_ops import keras as k3_ops
 
   steps = distinct_row_steps(case, seed)
   shape = tf.constant([case.rows, case.dim], tf.int64)
@@ -268,12 +268,12 @@ def bench_keras3_xla(case, rounds, seed=0):
 
   variants = {"fused": variant(False), "xla": variant(True)}
   fallback = variant(True)
-  saved = _loader._xla_unavailable  # pylint: disable=protected-access
-  _loader._xla_unavailable = "the benchmark's fallback variant"  # pylint: disable=protected-access
+  saved = _loader._xla_unavailable
+  _loader._xla_unavailable = "the benchmark's fallback variant"
   try:
     fallback(*steps[0])  # traced now: the core picks the fallback while tracing
   finally:
-    _loader._xla_unavailable = saved  # pylint: disable=protected-access
+    _loader._xla_unavailable = saved
   variants["xla_fallback"] = fallback
   times = time_interleaved(variants, steps, rounds)
   return {name: summary(samples) for name, samples in times.items()}
@@ -326,8 +326,8 @@ def light_bytes(case, layout):
 
 def bench_light_state(case, rounds, seed=0):
   """The raw op on one table per slot layout (`LIGHT_LAYOUTS`), in interleaved rounds."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tf_opt_ops import ops
 
   steps = distinct_row_steps(case, seed)
 
@@ -380,10 +380,10 @@ QUICK_CLIPPY = ["dense 1024×1024", "sparse 1,000,000×64, B=16,384"]
 
 def clippy_worker(names, rounds):
   """Runs in the TF_USE_LEGACY_KERAS=1 subprocess; prints JSON results."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tf_opt_ops import ops
   try:
-    import tensorflow_recommenders as tfrs  # pylint: disable=g-import-not-at-top
+    import tensorflow_recommenders as tfrs
     tfrs_error = None
   except ImportError as e:
     tfrs, tfrs_error = None, str(e)
@@ -505,7 +505,7 @@ def bench_clippy(names, rounds):
 # ----------------------------------------------------------------- report
 def fixed_cost(rounds):
   """The cost of one tf.function call with nothing in it, per step."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   counter = tf.Variable(0, dtype=tf.int64)
 
   @tf.function
@@ -584,9 +584,9 @@ def render(report):
 
 
 def plot(report, path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
   lim = report["bandwidth"]["2"]["median_gbs"]
   labels = list(report["lazy_adam"])
   rs = [report["lazy_adam"][k] for k in labels]
@@ -674,7 +674,7 @@ def main(argv=None):
     clippy_worker(json.loads(args.clippy_worker), rounds)
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   started = time.time()
   if args.xla:

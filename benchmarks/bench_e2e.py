@@ -688,10 +688,10 @@ def _x_floor(case_result, flavor, name):
 
 
 def plot(report, path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
+  import matplotlib.ticker
   labels = list(report["cases"])
   if not labels:
     return  # every case failed or was skipped

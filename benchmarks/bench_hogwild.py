@@ -38,7 +38,7 @@ MARKER = "HOGWILD_JSON "
 
 def _update_fn(variant):
   """fn(var, m, v, grad, indices): one lazy-Adam update by `variant`."""
-  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import ops
 
   def fused(var, m, v, grad, indices):
     ops.sparse_lazy_adam(var, m, v, grad, indices, lr=LR, beta_1=BETA_1, beta_2=BETA_2,
@@ -51,7 +51,7 @@ def _update_fn(variant):
 
 
 def _batches(n, seed=0):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   rng = np.random.default_rng(seed)
   return [(tf.constant(rng.standard_normal((BATCH, DIM)).astype(np.float32)),
            tf.constant(rng.choice(ROWS, BATCH, replace=False).astype(np.int64))) for _ in range(n)]
@@ -59,7 +59,7 @@ def _batches(n, seed=0):
 
 def run_threads(variant, appliers, seconds):
   """Updates per second of `appliers` threads updating one table in one process."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   table = [tf.Variable(tf.random.normal(
       (ROWS, DIM)))] + [tf.Variable(tf.zeros((ROWS, DIM))) for _ in range(2)]
   update = tf.function(_update_fn(variant))
@@ -93,8 +93,8 @@ def run_threads(variant, appliers, seconds):
 
 def run_cluster(variant, appliers, seconds):
   """Updates per second of `appliers` workers updating one table on one parameter server."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tf_opt_ops.server import LocalCluster
 
   with LocalCluster(num_workers=appliers, num_ps=1) as cluster:
     strategy = tf.distribute.experimental.ParameterServerStrategy(cluster.chief_resolver())

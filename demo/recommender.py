@@ -99,7 +99,7 @@ RATING_COLUMNS = ("userId", "movieId", "rating")
 def load_ratings(path):
   """A MovieLens-style ratings CSV: ids remapped to 0..n-1, rating >= 4 is a click."""
   try:
-    f = open(path, newline="")  # pylint: disable=consider-using-with
+    f = open(path, newline="")
   except OSError as e:
     raise DataError(f"{path}: cannot open: {e.strerror}") from e
   with f:
@@ -145,9 +145,9 @@ def load_ratings(path):
 # ------------------------------------------------------------ model, runs
 def keras_module(flavor):
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     return keras
-  import tf_keras  # pylint: disable=g-import-not-at-top
+  import tf_keras
   return tf_keras
 
 
@@ -168,7 +168,7 @@ def build_model(keras, data, embedding_dim, seed):
 
 def tf_opt_ops_optimizer(flavor, model, learning_rate, **lazy_adam_options):
   """MultiOptimizer: LazyAdam on the embedding tables, ClippyAdagrad on the rest."""
-  import importlib  # pylint: disable=g-import-not-at-top
+  import importlib
   api = importlib.import_module(f"tf_opt_ops.{flavor}")
   embeddings = [model.get_layer("user_embedding"), model.get_layer("item_embedding")]
   return api.MultiOptimizer([
@@ -193,7 +193,7 @@ def light_state_quality(args):
 
   Returns Markdown: held-out best and final AUC and final log loss, mean ± half the range.
   """
-  import dataclasses  # pylint: disable=g-import-not-at-top
+  import dataclasses
   results = {name: [] for name in LIGHT_STATE_RUNS}
   for seed in LIGHT_STATE_SEEDS:
     seeded = dataclasses.replace(args, seed=seed) if dataclasses.is_dataclass(args) else (
@@ -293,7 +293,7 @@ def held_out_curve(keras, model, test):
 
 def training_data(train, args, flavor, strategy):
   """Shuffled batches, repeated; for a parameter-server strategy a `DatasetCreator`."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   users, items, labels = train
 
   def dataset(input_context=None):
@@ -367,9 +367,9 @@ def render_table(runs):
 
 
 def plot(runs, path, title):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
   fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
   for r in runs:
     seconds, auc, loss = np.array(r["curve"]).T
@@ -433,11 +433,11 @@ def training_strategy(args):
   if args.strategy == "one-device":
     yield None
     return
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   if args.strategy == "multi-worker":
     yield tf.distribute.MultiWorkerMirroredStrategy()  # this is one of its worker tasks
     return
-  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops.server import LocalCluster
   with LocalCluster(num_workers=2, num_ps=2) as cluster:
     print(
         f"cluster: {json.dumps(cluster.spec)}; task PIDs "
@@ -452,8 +452,8 @@ def training_strategy(args):
 
 def launch_multi_worker(argv):
   """Runs this demo as 2 MultiWorkerMirroredStrategy workers; worker 0 prints the report."""
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops
+  from tf_opt_ops.server import LocalCluster
   argv = list(sys.argv[1:] if argv is None else argv) + ["--multi-worker-task"]
   sys.stdout.flush()
   # The workers import this demo and the tf_opt_ops this process runs, wherever it started.

@@ -293,8 +293,8 @@ class TfCpuBackend:
 
   def __init__(self):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from tf_opt_ops import ops
     self.tf, self.ops = tf, ops
 
   def device(self):
@@ -315,7 +315,7 @@ class TfCpuBackend:
       fn()
       return (-1, 0)
     except self.tf.errors.InvalidArgumentError as e:
-      import re  # pylint: disable=g-import-not-at-top
+      import re
       found = re.search(r"indices\[(\d+)\] = (-?\d+) is not in", e.message)
       if not found:
         raise
@@ -649,7 +649,7 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
   torch = None
   if use_torch:
     try:
-      import torch  # pylint: disable=g-import-not-at-top
+      import torch
       if not torch.cuda.is_available():
         print("  torch is importable but sees no GPU: no SparseAdam comparison")
         torch = None
@@ -703,7 +703,7 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
     if torch is not None and 3 * table + (1 << 30) < free_bytes:
       try:
         torch_ms = _torch_sparse_adam_ms(torch, num_rows, dim, idx, grad, iters)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         # The comparison is informative only: a torch problem must not hide our figures.
         print(f"  torch.optim.SparseAdam failed ({type(e).__name__}: {e}); no comparison")
         torch = None

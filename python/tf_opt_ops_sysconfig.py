@@ -106,7 +106,7 @@ def get_build_info(tf_version=None):
   path = os.path.join(get_library_dir(tf_version), BUILD_INFO_NAME)
   scope = {}
   with open(path, encoding="utf-8") as f:
-    exec(compile(f.read(), path, "exec"), scope)  # pylint: disable=exec-used
+    exec(compile(f.read(), path, "exec"), scope)
   return {key: value for key, value in scope.items() if key.isupper()}
 
 

@@ -52,7 +52,7 @@ def _digest(data):
 
 def _tf_minor(build_info_source):
   scope = {}
-  exec(build_info_source, scope)  # pylint: disable=exec-used
+  exec(build_info_source, scope)
   return ".".join(scope["TF_VERSION"].split(".")[:2])
 
 

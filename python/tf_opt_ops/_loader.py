@@ -108,7 +108,7 @@ def module_from_registry(ops):
   wrappers = _tf_private.python_op_wrappers(op_list)
   module = importlib.util.module_from_spec(
       importlib.machinery.ModuleSpec("tf_opt_ops._registered_ops", None))
-  exec(wrappers, module.__dict__)  # pylint: disable=exec-used
+  exec(wrappers, module.__dict__)
   _tf_private.mark_as_plugin(module)
   sys.modules[module.__name__] = module
   return module

@@ -41,7 +41,7 @@ TIMEOUT_S = 420
 
 
 def _data():
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   rng = np.random.default_rng(0)
   x = rng.integers(0, USED, size=(BATCH * STEPS, 3)).astype(np.int32)
   x[1::BATCH] = x[::BATCH]  # duplicate ids in every batch
@@ -94,7 +94,7 @@ def _whole(variables):
 
 
 def _value(v):
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   shards = getattr(v, "variables", None)
   if shards is not None and not callable(shards):
     return np.concatenate([s.numpy() for s in shards])
@@ -127,7 +127,7 @@ def _state(opt):
       name = re.sub(r"/part_\d+", "", v.name.split(":")[0])
       name = re.sub(r"^(LazyAdam|ClippyAdagrad|CompositeOptimizer)[^/]*/", "", name)
     parts.setdefault(name, []).append((v.name, v))
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   return {
       n: np.concatenate([v.numpy() for _, v in sorted(p, key=lambda t: t[0])]) if len(p) > 1 else
          p[0][1].numpy() for n, p in parts.items()
@@ -143,11 +143,11 @@ def _factors(opt):
 def chief(cluster_json):
   """Runs in the chief subprocess; prints one JSON line of results."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
-  import importlib  # pylint: disable=g-import-not-at-top
+  import importlib
 
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_keras as k  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  import tf_keras as k
 
   spec = json.loads(cluster_json)
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(spec),
@@ -229,7 +229,7 @@ def chief(cluster_json):
         tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
         with strategy.scope() if target == "ps" else tf.distribute.get_strategy().scope():
           if flavor == "legacy":
-            opt._create_all_weights(model.trainable_variables)  # pylint: disable=protected-access
+            opt._create_all_weights(model.trainable_variables)
           else:
             opt.build(model.trainable_variables)
         restored = diff(snapshot(saved_model, saved_opt), snapshot(model, opt))
@@ -244,10 +244,10 @@ def chief(cluster_json):
 def chief_without_library(cluster_json):
   """One LazyAdam step on a cluster whose parameter server lacks the library; prints the error."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_keras as k  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  import tf_keras as k
 
-  from tf_opt_ops import legacy  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import legacy
 
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
       tf.train.ClusterSpec(json.loads(cluster_json)), rpc_layer="grpc", task_type="chief",
@@ -270,7 +270,7 @@ def chief_without_library(cluster_json):
     coordinator.schedule(step)
     coordinator.join()
     print(json.dumps({"error": None}))
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     print(json.dumps({"error": f"{type(e).__name__}: {e}"[:2000]}))
 
 
@@ -293,7 +293,7 @@ _PLAIN_SERVER = ("import tensorflow as tf; "
 def _cluster(workers, ps, plain=()):
   """A `LocalCluster` whose `plain` jobs run without the library."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
-  from tf_opt_ops.server import LocalCluster  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops.server import LocalCluster
 
   def command(job, index):
     del index

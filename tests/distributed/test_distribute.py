@@ -34,7 +34,7 @@ ROWS, USED, DIM, BATCH, STEPS = 30, 24, 4, 8, 6  # rows >= USED never appear in 
 
 
 def _data():
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   rng = np.random.default_rng(0)
   x = rng.integers(0, USED, size=(BATCH * STEPS, 3)).astype(np.int32)
   for step in range(STEPS):
@@ -67,15 +67,15 @@ def _state(opt):
 def worker(flavor, opts):
   """Runs in the subprocess; prints one JSON line of results for the optimizers `opts`."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   devices = [d.name for d in tf.config.list_logical_devices("CPU")]
   assert len(devices) == 2, devices
 
-  import importlib  # pylint: disable=g-import-not-at-top
+  import importlib
   module = importlib.import_module(f"tf_opt_ops.{flavor}")
   k = importlib.import_module("keras" if flavor == "keras" else "tf_keras")
 

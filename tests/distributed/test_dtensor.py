@@ -31,22 +31,22 @@ LAYOUTS = ["replicated", "kernel_sharded"]
 
 
 def _replicated(mesh, array):
-  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  from tensorflow.experimental import dtensor
   return dtensor.copy_to_mesh(array, dtensor.Layout.replicated(mesh, array.ndim))
 
 
 def worker():
   """Runs in the subprocess; prints one JSON line of results."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tensorflow.experimental import dtensor  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  from tensorflow.experimental import dtensor
 
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   mesh = dtensor.create_mesh([("x", 2)], device_type="CPU")
 
-  from tf_opt_ops import tf_keras as ours  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import tf_keras as ours
 
   rng = np.random.default_rng(0)
   ids = rng.integers(0, USED, size=(BATCH * STEPS, 3)).astype(np.int32)

@@ -40,10 +40,10 @@ TIMEOUT_S = 300
 def worker():
   """Runs in each worker process; worker 0 prints one JSON line of results."""
   sys.path.insert(0, os.path.join(ROOT, "python"))
-  import importlib  # pylint: disable=g-import-not-at-top
+  import importlib
 
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
   strategy = tf.distribute.MultiWorkerMirroredStrategy()  # first: it configures the runtime
   task = strategy.cluster_resolver.task_id

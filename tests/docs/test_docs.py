@@ -65,7 +65,7 @@ def clean_keras_state():
 def test_block_runs(page, index, code, clean_keras_state):
   del index
   namespace = {"__name__": "__docs__"}
-  exec(compile(code, os.path.join(ROOT, page), "exec"), namespace)  # pylint: disable=exec-used
+  exec(compile(code, os.path.join(ROOT, page), "exec"), namespace)
 
 
 @pytest.mark.parametrize("legacy_keras, flavor", [("0", "keras"), ("1", "tf_keras")])
@@ -106,7 +106,7 @@ def test_links_resolve(page, target):
 
 
 def test_cited_names_exist():
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops
   text = "\n".join(read(page) for page in PAGES)
   missing = []
   for name in sorted(set(re.findall(r"`(tf_opt_ops(?:\.[A-Za-z_]\w*)+)", text))):
@@ -144,7 +144,7 @@ def test_the_command_line_examples_use_real_make_targets():
 
 
 def test_python_m_modules_exist():
-  import importlib.util  # pylint: disable=g-import-not-at-top
+  import importlib.util
   text = "\n".join(read(page) for page in PAGES)
   for module in sorted(set(re.findall(r"python -m (tf_opt_ops[\w.]*)", text))):
     assert importlib.util.find_spec(module) is not None, module

@@ -39,7 +39,7 @@ def _installed_package_dir():
 
 
 def pytest_configure(config):
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops
 
   imported = os.path.dirname(os.path.realpath(tf_opt_ops.__file__))
   installed = _installed_package_dir()
@@ -50,9 +50,9 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-  import keras  # pylint: disable=g-import-not-at-top
-  import peer_runner  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import keras
+  import peer_runner
+  import tensorflow as tf
 
   return peer_runner.report_header("matrix",
                                    [f"tensorflow {tf.__version__}", f"keras {keras.__version__}"],
@@ -61,7 +61,7 @@ def pytest_report_header(config):
 
 @pytest.fixture(scope="session")
 def flavors():
-  import matrix_util  # pylint: disable=g-import-not-at-top
+  import matrix_util
 
   return matrix_util.available_flavors()
 
@@ -69,13 +69,13 @@ def flavors():
 def pytest_generate_tests(metafunc):
   # `flavor_name`: every flavor expected on this TensorFlow.
   if "flavor_name" in metafunc.fixturenames:
-    import matrix_util  # pylint: disable=g-import-not-at-top
+    import matrix_util
 
     metafunc.parametrize("flavor_name", matrix_util.EXPECTED_FLAVORS)
 
 
 @pytest.fixture
 def flavor(flavor_name):
-  import matrix_util  # pylint: disable=g-import-not-at-top
+  import matrix_util
 
   return matrix_util.flavor(flavor_name)

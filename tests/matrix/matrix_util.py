@@ -56,7 +56,7 @@ class Flavor:
   def build(self, optimizer, variables):
     """Creates the optimizer's state now (OptimizerV2 creates slots at the first step)."""
     if self.optimizer_v2:
-      optimizer._create_all_weights(variables)  # pylint: disable=protected-access
+      optimizer._create_all_weights(variables)
     else:
       optimizer.build(variables)
 

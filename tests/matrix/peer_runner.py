@@ -165,7 +165,7 @@ def check(outcomes, label, what):
 
 def copy_installed(package_relative_paths):
   """{basename: text} of files shipped inside installed packages (e.g. TFRS' tests)."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
+  import importlib.util
 
   files = {}
   for path in package_relative_paths:
@@ -200,7 +200,7 @@ def tf_addons_lazy_adam_test():
   """{file name: source} of TF Addons' lazy_adam_test.py; fails saying how to get it."""
   source = git_show(TFA_GIT_DIR, TFA_TEST)
   if source is None:
-    import pytest  # pylint: disable=g-import-not-at-top
+    import pytest
 
     pytest.fail(
         f"TF Addons' lazy_adam_test.py ({TFA_TEST}) could not be read from a git repository at "
@@ -213,8 +213,8 @@ def tf_addons_lazy_adam_test():
 def report_header(suite, versions, dists):
   """The pytest report header of a suite: where tf_opt_ops comes from, `versions` (strings)
   and the installed version of each of `dists` (or "absent")."""
-  import importlib.metadata  # pylint: disable=g-import-not-at-top
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  import importlib.metadata
+  import tf_opt_ops
   versions = list(versions)
   for dist in dists:
     try:

@@ -151,7 +151,7 @@ def test_a_model_of_this_keras_compiles_and_fits(flavor):
 
 @pytest.mark.skipif(matrix_util.HAS_KERAS3, reason="TF Addons ends at TensorFlow 2.15")
 def test_legacy_lazy_adam_is_tf_addons_lazy_adam(tmp_path):
-  import tensorflow_addons as tfa  # pylint: disable=g-import-not-at-top
+  import tensorflow_addons as tfa
 
   flavor = matrix_util.flavor("legacy")
   init = np.random.default_rng(7).uniform(-1, 1, (ROWS, DIM)).astype(np.float32)

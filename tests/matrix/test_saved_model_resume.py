@@ -78,7 +78,7 @@ def as_lists(state):
 
 
 def test_saved_train_step_resumes_in_a_fresh_process(flavor, tmp_path):
-  import matrix_util  # pylint: disable=g-import-not-at-top
+  import matrix_util
 
   trainer = make_trainer(flavor)
   for ids, labels in batches(0, SAVED_STEPS):
@@ -104,7 +104,7 @@ def test_saved_train_step_resumes_in_a_fresh_process(flavor, tmp_path):
 
 
 def _continue(path):
-  import tf_opt_ops  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+  import tf_opt_ops  # noqa: F401
 
   loaded = tf.saved_model.load(path)
   for ids, labels in batches(SAVED_STEPS, MORE_STEPS):

@@ -23,7 +23,7 @@ print("VALUES", eager[0].numpy()[1, 0], graph[0].numpy()[1, 0], eager[0].numpy()
 
 
 def vendored_copy(tmp_path):
-  import tf_opt_ops_sysconfig  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops_sysconfig
 
   source = tf_opt_ops_sysconfig.get_library_path()
   copy = tmp_path / "vendor" / "_tf_opt_ops.so"

@@ -21,7 +21,7 @@ from tf_opt_ops import _core
 from tf_opt_ops import _loader
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-import symbol_versions  # pylint: disable=g-import-not-at-top,wrong-import-position
+import symbol_versions
 
 HAS_XLA_FFI = tuple(int(p) for p in tf.__version__.split(".")[:2]) >= (2, 17)
 
@@ -76,7 +76,7 @@ def test_jitted_update_same_numbers_and_fallback_logged(opt):
   handler = logging.Handler()
   handler.emit = records.append
   tf.get_logger().addHandler(handler)
-  _core._logged.clear()  # pylint: disable=protected-access
+  _core._logged.clear()
   try:
     want, _ = _train(False, opt)
     got, hlo = _train(True, opt)
@@ -98,7 +98,7 @@ def test_bad_index_inside_xla_fails_or_writes_nothing():
   # With XLA kernels (2.17 on) the step fails naming the index, as outside XLA. The
   # standard-ops fallback before 2.17 cannot fail inside XLA (XLA has no data-dependent
   # errors): it writes nothing, where XLA alone would update the other rows and drop the bad one.
-  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import ops
   for name in ("LazyAdam", "ClippyAdagrad"):
     tables = [tf.Variable(np.ones((10, 2), np.float32)) for _ in range(3)]
 

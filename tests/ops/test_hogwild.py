@@ -64,7 +64,7 @@ def test_concurrent_updates_all_land(update, num_variables):
     try:
       for _ in range(n):
         step(concurrent)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(e)
 
   def reader():

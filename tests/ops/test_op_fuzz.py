@@ -163,8 +163,8 @@ def serve():
   protocol_out = os.fdopen(os.dup(1), "wb")
   os.dup2(2, 1)  # stray prints (TensorFlow's C++ included) go to stderr
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import ops  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tf_opt_ops import ops
   lib = ops.load_library()
   _write_message(protocol_out, "ready")
   stdin = sys.stdin.buffer

@@ -120,22 +120,22 @@ def _train(opt, var, read):
 
 
 def test_keras3_flavor_trains_a_scalar():
-  import keras  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import keras as flavor  # pylint: disable=g-import-not-at-top
+  import keras
+  from tf_opt_ops import keras as flavor
   var = keras.Variable(1.5, dtype="float32")
   got = _train(flavor.ClippyAdagrad(**FLAVOR_OPTIONS), var, lambda v: float(v.numpy()))
   np.testing.assert_allclose(got, _reference_run(1.5, GRADS), rtol=1e-6)
 
 
 def test_legacy_flavor_trains_a_scalar():
-  from tf_opt_ops import legacy as flavor  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import legacy as flavor
   var = tf.Variable(1.5)
   got = _train(flavor.ClippyAdagrad(**FLAVOR_OPTIONS), var, lambda v: float(v.numpy()))
   np.testing.assert_allclose(got, _reference_run(1.5, GRADS), rtol=1e-6)
 
 
 def test_tf_keras_flavor_trains_a_scalar():
-  from tf_opt_ops import tf_keras as flavor  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import tf_keras as flavor
   var = tf.Variable(1.5)
   got = _train(flavor.ClippyAdagrad(**FLAVOR_OPTIONS), var, lambda v: float(v.numpy()))
   np.testing.assert_allclose(got, _reference_run(1.5, GRADS), rtol=1e-6)

@@ -48,7 +48,7 @@ def no_fallback():
   handler = logging.Handler()
   handler.emit = records.append
   tf.get_logger().addHandler(handler)
-  _core._logged.clear()  # pylint: disable=protected-access
+  _core._logged.clear()
   yield
   tf.get_logger().removeHandler(handler)
   fallbacks = [r.getMessage() for r in records if "falling back" in r.getMessage()]
@@ -92,7 +92,7 @@ def _assert_bit_identical(got, want):
 
 def _build(opt, variables):
   if hasattr(opt, "_create_all_weights"):  # OptimizerV2 (legacy)
-    opt._create_all_weights(variables)  # pylint: disable=protected-access
+    opt._create_all_weights(variables)
   elif hasattr(opt, "build"):
     opt.build(variables)
 

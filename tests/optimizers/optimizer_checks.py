@@ -282,7 +282,7 @@ def adam_slots(opt, var):
   """(m, v) of `var` as NumPy arrays, for legacy (slots) and new (lists) Adam state."""
   if hasattr(opt, "get_slot"):
     return [opt.get_slot(var, name).numpy() for name in ("m", "v")]
-  return [opt._momentums[0].numpy(), opt._velocities[0].numpy()]  # pylint: disable=protected-access
+  return [opt._momentums[0].numpy(), opt._velocities[0].numpy()]
 
 
 def check_model_file_round_trip(k, optimizer, path):

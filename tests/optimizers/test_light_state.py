@@ -25,7 +25,7 @@ def _variables(flavor, seed=0):
   rng = np.random.default_rng(seed)
   values = [rng.normal(size=(ROWS, COLS)).astype(np.float32), rng.normal(size=(COLS,))]
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     return [keras.Variable(v.astype(np.float32), name=f"w{k}") for k, v in enumerate(values)]
   return [tf.Variable(v.astype(np.float32), name=f"w{k}") for k, v in enumerate(values)]
 
@@ -140,10 +140,7 @@ def _slots_by_variable(opt, variables):
     pairs = [(opt.get_slot(var, "m"), opt.get_slot(var, "v")) for var in variables]
   else:
     index = {id(var): k for k, var in enumerate(variables)}
-    pairs = [
-        (opt._momentums[index[id(var)]], opt._velocities[index[id(var)]])  # pylint: disable=protected-access
-        for var in variables
-    ]
+    pairs = [(opt._momentums[index[id(var)]], opt._velocities[index[id(var)]]) for var in variables]
   return [tuple(np.asarray(s.numpy(), np.float64) for s in pair) for pair in pairs]
 
 
@@ -190,7 +187,7 @@ def test_a_converted_checkpoint_restores_into_the_other_layout(flavor, tmp_path)
 
 def _build_slots(opt, variables):
   if hasattr(opt, "_create_all_weights"):  # OptimizerV2: restored slots are made here
-    opt._create_all_weights(variables)  # pylint: disable=protected-access
+    opt._create_all_weights(variables)
   else:
     opt.build(variables)
 
@@ -225,7 +222,7 @@ def test_converting_a_router_checkpoint_converts_the_adam_slots_only(flavor, tmp
 
 
 def test_the_converter_is_public():
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops
   assert tf_opt_ops.convert_checkpoint is checkpoints.convert_checkpoint
 
 

@@ -119,7 +119,7 @@ FLAVORS = [
         keras=tf_keras,
         stock_adam=tf_keras.optimizers.legacy.Adam,
         variable=tf.Variable,
-        build=lambda opt, variables: opt._create_all_weights(variables),  # pylint: disable=protected-access
+        build=lambda opt, variables: opt._create_all_weights(variables),
         optimizer_v2=True,
         loss_scale_optimizer=tf_keras.mixed_precision.LossScaleOptimizer,
         adam_state_names=("Adam/iter:0", "Adam/a/m:0", "Adam/b/m:0", "Adam/a/v:0", "Adam/b/v:0"),
@@ -162,7 +162,7 @@ def xla_fallback_messages():
   handler = logging.Handler()
   handler.emit = records.append
   tf.get_logger().addHandler(handler)
-  _core._logged.clear()  # pylint: disable=protected-access
+  _core._logged.clear()
   yield lambda: [r.getMessage() for r in records if "XLA" in r.getMessage()]
   tf.get_logger().removeHandler(handler)
 

@@ -18,7 +18,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfrs_parity_w
 
 def test_tfrs_installed():
   # Listed in requirements-dev.txt; without it the parity test below cannot run.
-  import importlib.util  # pylint: disable=g-import-not-at-top
+  import importlib.util
   assert importlib.util.find_spec("tensorflow_recommenders") is not None
 
 

@@ -11,12 +11,12 @@ import tempfile
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf  # pylint: disable=wrong-import-position
-from tensorflow_recommenders.experimental import optimizers as tfrs_optimizers  # pylint: disable=wrong-import-position
+import numpy as np
+import tensorflow as tf
+from tensorflow_recommenders.experimental import optimizers as tfrs_optimizers
 
-import tf_opt_ops  # pylint: disable=wrong-import-position
-from tf_opt_ops.tf_keras import ClippyAdagrad  # pylint: disable=wrong-import-position
+import tf_opt_ops
+from tf_opt_ops.tf_keras import ClippyAdagrad
 
 TfrsClippy = tfrs_optimizers.ClippyAdagrad
 

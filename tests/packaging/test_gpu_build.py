@@ -78,7 +78,7 @@ def cuda_copts():
   """CUDA_COPTS as tf_opt_ops/BUILD loads it (the .bzl is a Python literal too)."""
   namespace = {}
   with open(os.path.join(ROOT, "tf_opt_ops", "cuda_copts.bzl"), encoding="utf-8") as f:
-    exec(f.read(), namespace)  # pylint: disable=exec-used
+    exec(f.read(), namespace)
   return namespace["CUDA_COPTS"]
 
 

@@ -39,7 +39,7 @@ INDEX = {0: np.int32, 1: np.int64}
 
 def _ref(p):
   """The Python object behind ctypes.byref(x)."""
-  return p._obj  # pylint: disable=protected-access
+  return p._obj
 
 
 class FakeLib:

@@ -25,7 +25,7 @@ def built_wheel():
 
 
 def test_version_agrees_with_the_build():
-  from tf_opt_ops import _version  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import _version
   with open(os.path.join(REPO_ROOT, "version.bzl")) as f:
     assert f'VERSION = "{_version.__version__}"' in f.read()
   assert os.path.basename(built_wheel()).startswith(f"tf_opt_ops-{_version.__version__}-")

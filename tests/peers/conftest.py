@@ -40,7 +40,7 @@ MERLIN = peer_shim.import_merlin()  # before tf_opt_ops (see above)
 
 
 def pytest_configure(config):
-  import tf_opt_ops  # pylint: disable=g-import-not-at-top
+  import tf_opt_ops
 
   imported = os.path.dirname(os.path.realpath(tf_opt_ops.__file__))
   if imported != os.path.realpath(os.path.join(SOURCE_PYTHON, "tf_opt_ops")):
@@ -54,8 +54,8 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-  import peer_runner  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import peer_runner
+  import tensorflow as tf
 
   return peer_runner.report_header("peers", [f"tensorflow {tf.__version__}"], [
       "tf-keras", "tensorflow-recommenders", "tensorflow-addons", "merlin-models", "merlin-core",

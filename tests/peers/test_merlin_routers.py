@@ -123,18 +123,18 @@ def test_blocks_route_like_merlin_in_a_merlin_model(name, mm, make_model, batche
   position = {v.ref(): i for i, v in enumerate(model[0].trainable_variables)}
   ours_routes = {
       position[v.ref()]: i for i, opt in enumerate(ours.optimizers)
-      for v in ours._table.variables_of(opt)  # pylint: disable=protected-access
+      for v in ours._table.variables_of(opt)
   }
   default = len(ours.optimizers) - 1
   assert ours_routes == {i: theirs_routes.get(i, default) for i in range(len(position))}
   adam, adagrad, sgd = ours.optimizers
   for optimizer, tower in ((adam, model[1]), (adagrad, model[2])):
     # The tower's own two tables and its dense layer, not the other tower's tables.
-    routed = ours._table.variables_of(optimizer)  # pylint: disable=protected-access
+    routed = ours._table.variables_of(optimizer)
     assert len(routed) == 4
     assert sum("embeddings" in v.name for v in routed) == 2
     assert {v.ref() for v in routed} <= {v.ref() for v in tower.trainable_variables}
-  assert [v.name for v in ours._table.variables_of(sgd)] == [  # pylint: disable=protected-access
+  assert [v.name for v in ours._table.variables_of(sgd)] == [
       f"{model[0].name}/click/binary_classification_task/output_layer/kernel:0",
       f"{model[0].name}/click/binary_classification_task/output_layer/bias:0"
   ]
@@ -248,10 +248,7 @@ def test_merlin_config_loads_with_the_same_routing_of_named_layers(mm, make_mode
   _train(model[0], ours, batches, 0, 1)
   theirs_routes = _routes(reference[0], merlin_router.var_optimizer_dict)
   ours_routes = _routes(
-      model[0],
-      {
-          v.ref(): opt for opt in ours.optimizers for v in ours._table.variables_of(opt)  # pylint: disable=protected-access
-      })
+      model[0], {v.ref(): opt for opt in ours.optimizers for v in ours._table.variables_of(opt)})
   default = ("SGD", 0.1)
   tables = {i for i, v in enumerate(model[0].trainable_variables) if "embeddings" in v.name}
   assert len(tables) == 4

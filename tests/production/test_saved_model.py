@@ -57,8 +57,8 @@ SERVE_IDS = np.array([[0, 1, 2], [3, 3, 3], [ROWS - 1, 5, 7]], np.int32)
 
 def make_trainer(flavor, opt_name):
   """The training and serving modules (this process only: it imports tf_opt_ops)."""
-  import importlib  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import importlib
+  import tensorflow as tf
 
   k = importlib.import_module("keras" if flavor == "keras" else "tf_keras")
   module = importlib.import_module(f"tf_opt_ops.{flavor}")
@@ -136,8 +136,8 @@ def numpy_state(trainer):
 def role_continue(paths):
   """Loads each training SavedModel after `import tf_opt_ops` and trains MORE_STEPS on."""
   sys.path.insert(0, PACKAGE_ROOT)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tf_opt_ops  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow as tf
+  import tf_opt_ops  # noqa: F401
 
   out = {}
   for case, path in paths.items():
@@ -151,7 +151,7 @@ def role_continue(paths):
 
 def role_serve(path):
   """Serves the inference export without tf_opt_ops anywhere in the process."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   loaded = tf.saved_model.load(path)
   scores = loaded.signatures["serving_default"](ids=tf.constant(SERVE_IDS))["score"]
   assert "tf_opt_ops" not in sys.modules
@@ -160,13 +160,13 @@ def role_serve(path):
 
 def role_no_library(paths):
   """Loads each training SavedModel without tf_opt_ops: the error of each."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   out = {}
   for case, path in paths.items():
     try:
       tf.saved_model.load(path)
       out[case] = {"error": None}
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       out[case] = {"type": type(e).__name__, "error": str(e)}
   out["tf_opt_ops_loaded"] = "tf_opt_ops" in sys.modules
   return out
@@ -194,7 +194,7 @@ def collect(proc):
 def runs(tmp_path_factory):
   """Trains and saves here, then runs the three subprocesses side by side."""
   tmp = tmp_path_factory.mktemp("saved_model")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   here, train_paths = {}, {}
   serve_path = None

@@ -58,7 +58,7 @@ def exported(request):
   assert "tf_opt_ops.keras.LazyAdam(" in code
   namespace = {}
   exec(code.replace("tf_opt_ops.keras.LazyAdam(", f"tf_opt_ops.{request.param}.LazyAdam("),
-       namespace)  # pylint: disable=exec-used
+       namespace)
   ranker, folder = namespace["ranker"], namespace["folder"]
   served = ranker.serve(SERVE_IDS).numpy()
   reloaded = tf.saved_model.load(os.path.join(folder, "train"))
@@ -103,7 +103,7 @@ def test_plain_keras_module_export_is_what_breaks_the_c_loader(runners, tmp_path
   # Why export.save exists: tf.saved_model.save of the module itself writes each
   # Keras 3 variable twice, and the C loader restores the copy no function reads.
   namespace = {}
-  exec(readme_ranker_block(), namespace)  # pylint: disable=exec-used
+  exec(readme_ranker_block(), namespace)
   ranker = namespace["ranker"]
   tf.saved_model.save(ranker, str(tmp_path / "train"), signatures={"train": ranker.train})
   error = run_runner(runners["plain"], str(tmp_path / "train"),

@@ -52,8 +52,8 @@ def test_report_renders_every_case():
 
 
 def test_keras3_composite_baseline_trains_as_our_lazy_adam():
-  import keras  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import keras as k3_ops  # pylint: disable=g-import-not-at-top
+  import keras
+  from tf_opt_ops import keras as k3_ops
 
   rng = np.random.default_rng(1)
   init = rng.standard_normal((50, 8)).astype(np.float32)
@@ -63,7 +63,7 @@ def test_keras3_composite_baseline_trains_as_our_lazy_adam():
       bench.keras3_composite_lazy_adam(learning_rate=0.01)
   ]
   case = bench.AdamCase(50, 8, 30)
-  steps = [bench._apply_gradients_step(o, t, case) for o, t in zip(optimizers, tables)]  # pylint: disable=protected-access
+  steps = [bench._apply_gradients_step(o, t, case) for o, t in zip(optimizers, tables)]
   for _ in range(3):
     indices = tf.constant(rng.integers(0, 50, 30))  # with duplicates
     grad = tf.constant(rng.standard_normal((30, 8)).astype(np.float32))
@@ -103,8 +103,8 @@ def _update_graph_op_types(optimizer, variables, grads):
 
 
 def test_one_fused_op_per_variable_in_the_traced_update():
-  import keras  # pylint: disable=g-import-not-at-top
-  from tf_opt_ops import keras as flavor  # pylint: disable=g-import-not-at-top
+  import keras
+  from tf_opt_ops import keras as flavor
   tables = [keras.Variable(np.zeros((100, 4), np.float32)) for _ in range(3)]
   grads = [
       tf.IndexedSlices(tf.ones((5, 4)), tf.constant([1, 2, 2, 7, 9]), tf.constant([100, 4]))
@@ -129,7 +129,7 @@ TINY_DLRM = dict(cap=40, dim=4, batch=64, bottom=(8,), top=(8,))
 
 
 def test_dlrm_tables_are_the_criteo_sizes_capped():
-  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e
   case = bench_e2e.DlrmCase(cap=1_000, dim=16, batch=4_096)
   assert len(case.rows) == 26
   assert max(case.cardinalities) == 10_131_227 and min(case.cardinalities) == 3
@@ -138,7 +138,7 @@ def test_dlrm_tables_are_the_criteo_sizes_capped():
 
 
 def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
-  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e
   case = bench_e2e.DlrmCase(**TINY_DLRM)
   for flavor in bench_e2e.FLAVORS:
     result = bench_e2e.run_case(case, flavor, rounds=1, batches=2)
@@ -159,8 +159,8 @@ def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
 
 def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
   """The floor's SGD step is not Adam's: checked as Adam, it fails."""
-  import pytest  # pylint: disable=g-import-not-at-top
-  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
+  import pytest
+  from benchmarks import bench_e2e
   monkeypatch.setitem(bench_e2e.CONTENDERS, "floor", ("SGD checked as Adam", "adam", "adam"))
   with pytest.raises(AssertionError, match="not the adam reference"):
     bench_e2e.run_case(bench_e2e.DlrmCase(**TINY_DLRM), "keras", rounds=1, batches=2,
@@ -168,7 +168,7 @@ def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
 
 
 def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floor():
-  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e
   small = bench_e2e.DlrmCase(cap=200_000, dim=16, batch=4_096)
   assert small.contender_groups(24) == (tuple(bench_e2e.CONTENDERS),)
   uncapped = bench_e2e.DlrmCase(cap=None, dim=16, batch=4_096)
@@ -181,7 +181,7 @@ def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floo
 
 
 def test_grouped_dlrm_runs_merge_every_contender_against_its_own_floor(monkeypatch):
-  from benchmarks import bench_e2e  # pylint: disable=g-import-not-at-top
+  from benchmarks import bench_e2e
   python_dir = os.path.dirname(os.path.dirname(bench_e2e.__file__))
   monkeypatch.setenv("PYTHONPATH", os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
   case = bench_e2e.DlrmCase(**TINY_DLRM)

@@ -12,12 +12,12 @@ import tempfile
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf  # pylint: disable=wrong-import-position
-from tensorflow_recommenders.experimental import optimizers as tfrs_optimizers  # pylint: disable=wrong-import-position
+import numpy as np
+import tensorflow as tf
+from tensorflow_recommenders.experimental import optimizers as tfrs_optimizers
 
-from tf_opt_ops import legacy as ours_legacy  # pylint: disable=wrong-import-position
-from tf_opt_ops import tf_keras as ours_tf_keras  # pylint: disable=wrong-import-position
+from tf_opt_ops import legacy as ours_legacy
+from tf_opt_ops import tf_keras as ours_tf_keras
 
 TfrsComposite = tfrs_optimizers.CompositeOptimizer
 ROUTERS = {"legacy": ours_legacy.CompositeOptimizer, "tf_keras": ours_tf_keras.CompositeOptimizer}
@@ -39,7 +39,7 @@ def same_as_each_alone(router_cls):
     routed = [tf.Variable(v) for v in values]
     alone = [tf.Variable(v) for v in values]
     opt1, opt2 = LEGACY[first](), LEGACY[second]()
-    router = router_cls([(opt1, lambda: routed[:1]), (opt2, lambda: routed[1:])])  # pylint: disable=cell-var-from-loop
+    router = router_cls([(opt1, lambda: routed[:1]), (opt2, lambda: routed[1:])])
     sequences_equal &= list(router.optimizers) == [opt1, opt2]
     ref1, ref2 = LEGACY[first](), LEGACY[second]()
     for _ in range(10):

@@ -52,7 +52,7 @@ class Flavor:
 
   def lr(self, optimizer):
     if self.name == "legacy":
-      return float(optimizer._get_hyper("learning_rate"))  # pylint: disable=protected-access
+      return float(optimizer._get_hyper("learning_rate"))
     return float(np.asarray(optimizer.learning_rate))
 
 
@@ -753,7 +753,7 @@ def test_tf_keras_routers_drive_both_tf_keras_apis(f, tmp_path):
         re.sub(r"^MultiOptimizer/(Optimizer\d+|default_optimizer)/", "", v.name): v.numpy()
         for v in f.variables(opt)
     }
-            for opt in router._saved_optimizers()]  # pylint: disable=protected-access
+            for opt in router._saved_optimizers()]
 
   before, after = state(router_), state(router2)
   # 5 (Adam) + 3 (Adagrad) + 3 (the default RMSprop, resumed too)

@@ -58,7 +58,7 @@ def test_keras3_model_file_loads_with_its_router_state():
 
 @pytest.mark.parametrize("flavor", common.TF_KERAS_FLAVORS)
 def test_tf_keras_model_file_loads_and_the_default_optimizer_starts_fresh(flavor):
-  import tf_keras  # pylint: disable=g-import-not-at-top
+  import tf_keras
   module = common.flavor_module(flavor)
   with pytest.warns(UserWarning, match="holds no state of the default optimizer"):
     model = tf_keras.models.load_model(os.path.join(DATA, f"{flavor}_multi.h5"))
@@ -90,9 +90,9 @@ def test_configs_load_and_route(flavor, kind):
   router = cls.from_config(config)
   assert [type(o).__name__ for o in router.optimizers] == ["LazyAdam", "ClippyAdagrad"]
   if flavor == "keras":
-    import keras as k  # pylint: disable=g-import-not-at-top
+    import keras as k
   else:
-    import tf_keras as k  # pylint: disable=g-import-not-at-top
+    import tf_keras as k
   model = k.Sequential([
       k.Input(shape=(2,), dtype="int32"),
       k.layers.Embedding(50, 4, name="emb"),
@@ -103,5 +103,5 @@ def test_configs_load_and_route(flavor, kind):
     loss = tf.reduce_mean(model(np.array([[1, 2]], np.int32))**2)
   variables = model.trainable_variables
   router.apply_gradients(zip(tape.gradient(loss, variables), variables))
-  table = router._table  # pylint: disable=protected-access
+  table = router._table
   assert [v.name for v in table.variables_of(router.optimizers[0])] == [variables[0].name]

@@ -32,9 +32,9 @@ def _data():
 
 def _keras(flavor):
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     return keras
-  import tf_keras  # pylint: disable=g-import-not-at-top
+  import tf_keras
   return tf_keras
 
 
@@ -80,7 +80,7 @@ def _state(model, router):
 
 def run(flavor, kind, strategy, ckpt_dir):
   """(uninterrupted state, resumed state) of one flavor and router kind."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   x, y = _data()
 
   def make():
@@ -127,7 +127,7 @@ def _max_diff(a, b):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("flavor", common.FLAVORS)
 def test_resumed_on_one_device_is_bit_identical(flavor, kind, tmp_path):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   uninterrupted, resumed = run(flavor, kind, tf.distribute.get_strategy(), str(tmp_path))
   assert len(uninterrupted[1]) == len(resumed[1]) > 0
   for want, got in zip(uninterrupted[0] + uninterrupted[1], resumed[0] + resumed[1]):
@@ -135,7 +135,7 @@ def test_resumed_on_one_device_is_bit_identical(flavor, kind, tmp_path):
 
 
 def _mirrored_main(flavor, ckpt_dir):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

@@ -20,7 +20,7 @@ FLAVORS = ("legacy", "tf_keras")
 
 @pytest.fixture(scope="module")
 def results():
-  import importlib.util  # pylint: disable=g-import-not-at-top
+  import importlib.util
   assert importlib.util.find_spec("tensorflow_recommenders") is not None, (
       "tensorflow-recommenders is a test dependency (requirements-dev.txt): make venv")
   proc = common.run_python(None, WORKER, env={"TF_USE_LEGACY_KERAS": "1"})

@@ -15,9 +15,9 @@ import common
 
 def _keras(flavor):
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     return keras
-  import tf_keras  # pylint: disable=g-import-not-at-top
+  import tf_keras
   return tf_keras
 
 
@@ -76,10 +76,7 @@ def test_unbuilt_towers_route_at_the_first_step(flavor):
   towers(ids)  # builds them
   before = {id(v): v.numpy() for v in towers.variables()}
   _step(towers, router, ids, labels)
-  routed = {
-      id(o): {id(v) for v in router._table.variables_of(o)}  # pylint: disable=protected-access
-      for o in router.optimizers
-  }
+  routed = {id(o): {id(v) for v in router._table.variables_of(o)} for o in router.optimizers}
   assert routed[id(user_opt)] == {id(v) for v in towers.user_variables()}
   assert len(routed[id(user_opt)]) == 3  # the table, and the nested model's kernel and bias
   assert routed[id(item_opt)] == {id(v) for v in towers.item.trainable_variables}
@@ -92,8 +89,8 @@ def test_unbuilt_towers_route_at_the_first_step(flavor):
   router2 = type(router).from_config(config)
   towers2(ids)
   _step(towers2, router2, ids, labels)
-  assert ({id(v) for v in router2._table.variables_of(router2.optimizers[0])}  # pylint: disable=protected-access
-          == {id(v) for v in towers2.user_variables()})
+  assert ({id(v) for v in router2._table.variables_of(router2.optimizers[0])
+          } == {id(v) for v in towers2.user_variables()})
 
 
 @pytest.mark.parametrize("flavor", common.FLAVORS)

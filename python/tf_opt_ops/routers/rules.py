@@ -33,7 +33,7 @@ def variable_path(variable):
 
 
 def is_variable(value):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   if isinstance(value, tf.Variable):
     return True
   # Keras 3 variables (keras.Variable) are not tf.Variables.

@@ -244,7 +244,7 @@ class RoutingTable:
           continue
         try:
           variables = selector.claim(self.candidates, self.flavor)
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
           raise ValueError(
               f"{self.owner_label} cannot serialize the block {selector.describe()}: its "
               f"variables are not available yet ({e}). Build the router (or the model) first."
