@@ -125,6 +125,7 @@ def keras3_composite_lazy_adam(**kwargs):
   sparse gradient updates its rows with the composite above, at the step's corrected rate."""
   import keras
   import tensorflow as tf
+
   from tf_opt_ops import _standard_ops
 
   class CompositeLazyAdam(keras.optimizers.Adam):
@@ -154,6 +155,7 @@ def count_ops(fn, *args):
 def bench_lazy_adam(case, rounds, keras_adam, seed=0):
   import keras
   import tensorflow as tf
+
   from tf_opt_ops import ops
   from tf_opt_ops import reference
 
@@ -249,6 +251,7 @@ def bench_keras3_xla(case, rounds, seed=0):
   standard-ops fallback, what ran inside XLA before). Each on its own table."""
   import keras
   import tensorflow as tf
+
   from tf_opt_ops import _loader
   from tf_opt_ops import keras as k3_ops
 
@@ -327,6 +330,7 @@ def light_bytes(case, layout):
 def bench_light_state(case, rounds, seed=0):
   """The raw op on one table per slot layout (`LIGHT_LAYOUTS`), in interleaved rounds."""
   import tensorflow as tf
+
   from tf_opt_ops import ops
 
   steps = distinct_row_steps(case, seed)
@@ -381,6 +385,7 @@ QUICK_CLIPPY = ["dense 1024×1024", "sparse 1,000,000×64, B=16,384"]
 def clippy_worker(names, rounds):
   """Runs in the TF_USE_LEGACY_KERAS=1 subprocess; prints JSON results."""
   import tensorflow as tf
+
   from tf_opt_ops import ops
   try:
     import tensorflow_recommenders as tfrs

@@ -94,6 +94,7 @@ def run_threads(variant, appliers, seconds):
 def run_cluster(variant, appliers, seconds):
   """Updates per second of `appliers` workers updating one table on one parameter server."""
   import tensorflow as tf
+
   from tf_opt_ops.server import LocalCluster
 
   with LocalCluster(num_workers=appliers, num_ps=1) as cluster:

@@ -294,6 +294,7 @@ class TfCpuBackend:
   def __init__(self):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
+
     from tf_opt_ops import ops
     self.tf, self.ops = tf, ops
 

@@ -24,8 +24,8 @@ import importlib
 from tf_opt_ops import _keras2
 from tf_opt_ops import ops
 from tf_opt_ops._loader import load_library
-from tf_opt_ops.checkpoints import convert_checkpoint
 from tf_opt_ops._version import __version__
+from tf_opt_ops.checkpoints import convert_checkpoint
 
 __all__ = [
     "LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks", "ops",

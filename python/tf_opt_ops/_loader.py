@@ -8,9 +8,9 @@ import os
 import sys
 
 import tensorflow as tf
-import tf_opt_ops_sysconfig
 from tensorflow.core.framework import op_def_pb2
 
+import tf_opt_ops_sysconfig
 from tf_opt_ops import _tf_private
 
 OP_PREFIX = "TfOptOps>"

@@ -17,6 +17,7 @@ variables compute in float32; only the stored values are rounded.
 """
 
 import tensorflow as tf
+
 from tf_opt_ops import _tf_private
 from tf_opt_ops._convert import adam_scalars
 from tf_opt_ops._convert import clippy_scalars

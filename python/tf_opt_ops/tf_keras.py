@@ -18,8 +18,8 @@ import tensorflow as tf
 
 from tf_opt_ops import _core
 from tf_opt_ops import _keras2
-from tf_opt_ops import _restore_hints
 from tf_opt_ops import _registry
+from tf_opt_ops import _restore_hints
 from tf_opt_ops import _tf_private
 from tf_opt_ops.routers.tf_keras import CompositeOptimizer
 from tf_opt_ops.routers.tf_keras import MultiOptimizer

@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import pytest
+
 import common
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+
 import common
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,6 @@ import subprocess
 import sys
 
 import pytest
-
-from tf_opt_ops.server import free_ports
-
 from test_cluster import BATCH
 from test_cluster import ROOT
 from test_cluster import STEPS
@@ -29,6 +26,8 @@ from test_cluster import _env
 from test_cluster import _factors
 from test_cluster import _optimizer
 from test_cluster import _state
+
+from tf_opt_ops.server import free_ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

@@ -51,8 +51,9 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
   import keras
-  import peer_runner
   import tensorflow as tf
+
+  import peer_runner
 
   return peer_runner.report_header("matrix",
                                    [f"tensorflow {tf.__version__}", f"keras {keras.__version__}"],

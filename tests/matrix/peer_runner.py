@@ -214,6 +214,7 @@ def report_header(suite, versions, dists):
   """The pytest report header of a suite: where tf_opt_ops comes from, `versions` (strings)
   and the installed version of each of `dists` (or "absent")."""
   import importlib.metadata
+
   import tf_opt_ops
   versions = list(versions)
   for dist in dists:

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import matrix_util
 import tf_opt_ops
 from tf_opt_ops import reference
+
+import matrix_util
 
 ROWS, DIM, STEPS = 8, 3, 3
 INDICES = [np.array(i, np.int32) for i in ([1, 4, 1, 6], [0, 4, 4], [6, 1, 2, 2, 2])]

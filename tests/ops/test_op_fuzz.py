@@ -33,6 +33,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from tf_opt_ops import reference
+
 import common
 
 pytestmark = pytest.mark.slow
@@ -164,6 +165,7 @@ def serve():
   os.dup2(2, 1)  # stray prints (TensorFlow's C++ included) go to stderr
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   import tensorflow as tf
+
   from tf_opt_ops import ops
   lib = ops.load_library()
   _write_message(protocol_out, "ready")

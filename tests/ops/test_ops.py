@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tf_opt_ops import ops
 from tf_opt_ops import reference
+
 import common
 
 PYTHON_DIR = common.PYTHON_DIR

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tf_opt_ops import ops
 from tf_opt_ops import reference
+
 import common
 
 ROOT = common.ROOT
@@ -121,6 +122,7 @@ def _train(opt, var, read):
 
 def test_keras3_flavor_trains_a_scalar():
   import keras
+
   from tf_opt_ops import keras as flavor
   var = keras.Variable(1.5, dtype="float32")
   got = _train(flavor.ClippyAdagrad(**FLAVOR_OPTIONS), var, lambda v: float(v.numpy()))

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tf_opt_ops import checkpoints
+
 import common
 
 ROWS, COLS = 64, 12

@@ -9,23 +9,24 @@ test_tfrs_parity.py (TFRS needs TF_USE_LEGACY_KERAS=1 before TensorFlow is impor
 
 import dataclasses
 import logging
-from typing import Any, Callable
+from typing import Any
+from typing import Callable
 
 import keras
 import numpy as np
 import pytest
-
-import common
 import tensorflow as tf
 import tf_keras
 
-import optimizer_checks as checks
 import tf_opt_ops
 from tf_opt_ops import _core
 from tf_opt_ops import _loader
 from tf_opt_ops import keras as keras_optimizers
 from tf_opt_ops import legacy as legacy_optimizers
 from tf_opt_ops import tf_keras as tf_keras_optimizers
+
+import common
+import optimizer_checks as checks
 
 OPTS = ["LazyAdam", "ClippyAdagrad"]
 

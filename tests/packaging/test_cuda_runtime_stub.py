@@ -30,11 +30,11 @@ import textwrap
 
 import pytest
 
+import common
 from test_gpu_build import CUDA_VERSION
 from test_gpu_build import cuda_copts
 from test_gpu_build import cuda_toolchain
 from test_gpu_build import needs_cuda_build
-import common
 
 ROOT = common.ROOT
 pytestmark = [needs_cuda_build, pytest.mark.slow]

@@ -41,6 +41,7 @@ import tf_opt_ops
 from tf_opt_ops import _loader
 from tf_opt_ops import ops
 from tf_opt_ops import reference
+
 import common
 
 ROOT = common.ROOT

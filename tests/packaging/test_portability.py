@@ -33,9 +33,10 @@ import pytest
 import tensorflow as tf
 
 from tf_opt_ops import _loader
+
+import common
 from test_gpu_build import _tool  # binutils, or a failure that says to install it
 from test_wheel import built_wheel
-import common
 
 REPO_ROOT = common.ROOT
 sys.path.insert(0, os.path.join(REPO_ROOT, "tools"))

@@ -79,20 +79,15 @@ def _module_names(tree):
 def test_private_framework_attributes_only_in_the_seams():
   sources = _sources()
   ours = set().union(*(_defined_names(tree) for path, tree in sources.items() if path not in SEAMS))
-  reaches = [(path, *reach)
-             for path, tree in sources.items()
-             if os.path.basename(path) not in SEAMS
-             for reach in _private_reaches(tree)
-             if reach[2] not in ours]
+  reaches = [(path, *reach) for path, tree in sources.items() if os.path.basename(path) not in SEAMS
+             for reach in _private_reaches(tree) if reach[2] not in ours]
   assert not reaches, reaches
 
 
 def test_private_framework_modules_only_in_the_seams():
   private = ("tensorflow.python", "keras.src", "tf_keras.src")
-  imports = [(path, name)
-             for path, tree in _sources().items()
-             if os.path.basename(path) not in SEAMS
-             for name in _module_names(tree)
+  imports = [(path, name) for path, tree in _sources().items()
+             if os.path.basename(path) not in SEAMS for name in _module_names(tree)
              if name.startswith(private)]
   assert not imports, imports
 
@@ -102,6 +97,6 @@ def test_the_checks_see_a_private_reach():
   tree = ast.parse("import tensorflow.python.ops\n"
                    "def f(var, layer):\n"
                    "  return var._shared_name, getattr(layer, '_flatten_layers'), self._ok\n")
-  assert [(obj, name) for _, obj, name in _private_reaches(tree)
-         ] == [("var", "_shared_name"), ("layer", "_flatten_layers")]
+  assert [(obj, name) for _, obj, name in _private_reaches(tree)] == [("var", "_shared_name"),
+                                                                      ("layer", "_flatten_layers")]
   assert "tensorflow.python.ops" in list(_module_names(tree))

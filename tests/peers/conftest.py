@@ -20,7 +20,9 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers_util import MATRIX_TESTS, PEERS_DIR, SOURCE_PYTHON  # noqa: E402
+from peers_util import MATRIX_TESTS  # noqa: E402
+from peers_util import PEERS_DIR  # noqa: E402
+from peers_util import SOURCE_PYTHON  # noqa: E402
 
 if not os.path.exists(os.path.join(PEERS_DIR, "peer_shim.py")):
   pytest.exit(
@@ -54,8 +56,9 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-  import peer_runner
   import tensorflow as tf
+
+  import peer_runner
 
   return peer_runner.report_header("peers", [f"tensorflow {tf.__version__}"], [
       "tf-keras", "tensorflow-recommenders", "tensorflow-addons", "merlin-models", "merlin-core",

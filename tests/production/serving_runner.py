@@ -5,6 +5,7 @@ import subprocess
 
 import numpy as np
 from tensorflow.core.protobuf import saved_model_pb2
+
 import common
 
 ROOT = common.ROOT

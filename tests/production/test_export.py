@@ -5,10 +5,11 @@ import os
 import keras
 import numpy as np
 import pytest
-import serving_runner
 import tensorflow as tf
 
 from tf_opt_ops import export
+
+import serving_runner
 
 
 class Scorer(tf.Module):

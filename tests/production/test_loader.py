@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tf_opt_ops import _loader
+
 import common
 
 PACKAGE_ROOT = common.PYTHON_DIR

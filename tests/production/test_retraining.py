@@ -18,11 +18,12 @@ import time
 
 import numpy as np
 import pytest
-import common
-import serving_runner
 import tensorflow as tf
 
 from tf_opt_ops import export
+
+import common
+import serving_runner
 
 pytestmark = pytest.mark.slow
 

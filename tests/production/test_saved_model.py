@@ -22,6 +22,7 @@ import sys
 
 import numpy as np
 import pytest
+
 import common
 
 pytestmark = pytest.mark.slow
@@ -58,6 +59,7 @@ SERVE_IDS = np.array([[0, 1, 2], [3, 3, 3], [ROWS - 1, 5, 7]], np.int32)
 def make_trainer(flavor, opt_name):
   """The training and serving modules (this process only: it imports tf_opt_ops)."""
   import importlib
+
   import tensorflow as tf
 
   k = importlib.import_module("keras" if flavor == "keras" else "tf_keras")
@@ -137,6 +139,7 @@ def role_continue(paths):
   """Loads each training SavedModel after `import tf_opt_ops` and trains MORE_STEPS on."""
   sys.path.insert(0, PACKAGE_ROOT)
   import tensorflow as tf
+
   import tf_opt_ops  # noqa: F401
 
   out = {}

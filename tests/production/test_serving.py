@@ -11,10 +11,11 @@ import re
 
 import numpy as np
 import pytest
-import serving_runner
 import tensorflow as tf
 
 from tf_opt_ops import _loader
+
+import serving_runner
 
 pytestmark = pytest.mark.slow
 

@@ -2,8 +2,8 @@
 
 import glob
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import tf_opt_ops_sysconfig
 from tf_opt_ops import _loader
+
 import common
 
 PACKAGE_ROOT = common.PYTHON_DIR

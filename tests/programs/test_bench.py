@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import bench
-from tf_opt_ops import ops, reference
+from tf_opt_ops import ops
+from tf_opt_ops import reference
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +54,7 @@ def test_report_renders_every_case():
 
 def test_keras3_composite_baseline_trains_as_our_lazy_adam():
   import keras
+
   from tf_opt_ops import keras as k3_ops
 
   rng = np.random.default_rng(1)
@@ -104,6 +106,7 @@ def _update_graph_op_types(optimizer, variables, grads):
 
 def test_one_fused_op_per_variable_in_the_traced_update():
   import keras
+
   from tf_opt_ops import keras as flavor
   tables = [keras.Variable(np.zeros((100, 4), np.float32)) for _ in range(3)]
   grads = [
@@ -160,6 +163,7 @@ def test_every_dlrm_contender_trains_and_passes_the_first_step_check(tmp_path):
 def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
   """The floor's SGD step is not Adam's: checked as Adam, it fails."""
   import pytest
+
   from benchmarks import bench_e2e
   monkeypatch.setitem(bench_e2e.CONTENDERS, "floor", ("SGD checked as Adam", "adam", "adam"))
   with pytest.raises(AssertionError, match="not the adam reference"):

@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-import common
-
 from demo import recommender
+
+import common
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

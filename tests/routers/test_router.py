@@ -11,19 +11,18 @@ import re
 import keras
 import numpy as np
 import pytest
-
-import common
 import tensorflow as tf
 import tf_keras
-
-from tf_opt_ops.routers.rules import variable_path
-from tf_opt_ops.routers import keras as _router_keras
-from tf_opt_ops.routers import legacy as _router_legacy
-from tf_opt_ops.routers import tf_keras as _router_tf_keras
 
 from tf_opt_ops import keras as k3_ops
 from tf_opt_ops import legacy as legacy_ops
 from tf_opt_ops import tf_keras as tfk_ops
+from tf_opt_ops.routers import keras as _router_keras
+from tf_opt_ops.routers import legacy as _router_legacy
+from tf_opt_ops.routers import tf_keras as _router_tf_keras
+from tf_opt_ops.routers.rules import variable_path
+
+import common
 
 
 class Flavor:

@@ -9,8 +9,8 @@ optimizer: no peer router exists for Keras 3. Why: see docs/design.md,
 from tf_opt_ops import _keras3  # ImportError on TensorFlow 2.15
 from tf_opt_ops import _registry
 from tf_opt_ops import _tf_private
-from tf_opt_ops.routers import core
 from tf_opt_ops._keras3 import keras
+from tf_opt_ops.routers import core
 
 __all__ = ["CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
 
