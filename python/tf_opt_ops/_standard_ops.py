@@ -4,9 +4,10 @@ The same math as the fused kernels (stated once, in the op docs of
 `tf_opt_ops/lazy_adam_ops.cc` and `tf_opt_ops/clippy_adagrad_ops.cc`), for
 where those kernels do not run:
 
-- inside an XLA-compiled function, where custom ops have no kernels (Why: see
-  docs/design.md, "XLA fallback"); a bad index there writes nothing, where the
-  fused ops fail the step (XLA has no data-dependent errors);
+- inside an XLA-compiled function where the ops have no XLA kernels (TensorFlow
+  2.15 and 2.16, a GPU variable with a library built without CUDA: docs/design.md,
+  "XLA"); a bad index there writes nothing, where the fused ops fail the step (XLA
+  has no data-dependent errors);
 - the dense Adam of the Keras 3 and tf_keras flavors, which must equal each
   flavor's own `Adam` bit for bit;
 - the benchmark's composite baseline: what Python optimizers run today.
