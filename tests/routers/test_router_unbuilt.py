@@ -64,7 +64,7 @@ def test_unbuilt_towers_route_at_the_first_step(flavor):
   towers = _Towers(flavor)
   if flavor != "keras":
     with pytest.raises(ValueError, match="not yet been created"):
-      towers.user.trainable_weights  # what a hasattr() check used to trip on  # noqa: B018
+      towers.user.trainable_weights  # so the walk reads each layer's own list  # noqa: B018
   user_opt, item_opt = _sgd(flavor, 0.5), _sgd(flavor, 0.1)
   router = api.MultiOptimizer([
       api.OptimizerBlocks(user_opt, [towers.user_emb, towers.user]),
