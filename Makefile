@@ -4,7 +4,8 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
-PY := $(abspath $(VENV))/bin/python
+# Quoted: the clone's path may hold spaces (a make word list would split it).
+PY := "$(CURDIR)/$(VENV)/bin/python"
 PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info //tf_opt_ops:_tf_opt_ops_xla.so
