@@ -4,7 +4,9 @@ Imported by test modules (`from common import ...`); tests/conftest.py puts this
 the source package (python/) on sys.path and turns `run_python` into a fixture.
 """
 
+import contextlib
 import importlib
+import logging
 import os
 import subprocess
 import sys
@@ -60,3 +62,22 @@ def run_python(code=None, *args, package=True, env=None, cwd=None, timeout=600, 
   if check and result.returncode != 0:
     raise AssertionError(f"{command[:3]} exited {result.returncode}:\n{result.stderr[-4000:]}")
   return result
+
+
+@contextlib.contextmanager
+def tensorflow_log():
+  """The messages TensorFlow's logger emits inside the block (a list, filled as they come),
+  with tf_opt_ops' once-only warnings armed again."""
+  import tensorflow as tf
+
+  from tf_opt_ops import _core
+
+  messages = []
+  handler = logging.Handler()
+  handler.emit = lambda record: messages.append(record.getMessage())
+  tf.get_logger().addHandler(handler)
+  _core._logged.clear()
+  try:
+    yield messages
+  finally:
+    tf.get_logger().removeHandler(handler)

@@ -52,23 +52,38 @@ def test_sparse_lazy_adam(dtype, mode):
   assert not np.array_equal(var.numpy()[2], var0[2])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_sparse_clippy_adagrad(dtype):
-  var0 = values((ROWS, DIM), dtype, 4)
-  accum0 = values((ROWS, DIM), dtype, 5, 0.1, 1.0)
+def clippy_steps(dtype, seed, grad_rows, make_apply, reference_step):
+  """Three steps of `make_apply(var, accum)(grad)` (the op; returns the scale) against
+  `reference_step(var, accum, grad)` (NumPy; returns them and the scale), from tables drawn
+  with `seed` and `seed + 1`. Returns the initial table, the table and the scales."""
+  var0 = values((ROWS, DIM), dtype, seed)
+  accum0 = values((ROWS, DIM), dtype, seed + 1, 0.1, 1.0)
   var, accum = as_variables(var0, accum0)
   expected = (var0, accum0)
+  apply = make_apply(var, accum)
   scales = []
   for step in range(1, 4):
-    grad = values((len(INDICES), DIM), dtype, 20 + step, -3.0, 3.0)
-    scale = ops.sparse_clippy_adagrad(var, accum, grad, INDICES, **CLIPPY)
-    *expected, want_scale = reference.sparse_clippy_adagrad(*expected, grad, INDICES, dtype,
-                                                            **CLIPPY)
+    grad = values((grad_rows, DIM), dtype, 5 * seed + step, -3.0, 3.0)
+    scale = apply(grad)
+    *expected, want_scale = reference_step(*expected, grad)
     np.testing.assert_allclose(var.numpy(), expected[0], **TOLERANCE[dtype])
     np.testing.assert_allclose(accum.numpy(), expected[1], **TOLERANCE[dtype])
     np.testing.assert_allclose(scale.numpy(), want_scale, **TOLERANCE[dtype])
     assert scale.dtype == (tf.float64 if dtype == "float64" else tf.float32)
     scales.append(float(scale.numpy()))
+  return var0, var, scales
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sparse_clippy_adagrad(dtype):
+
+  def make_apply(var, accum):
+    return lambda grad: ops.sparse_clippy_adagrad(var, accum, grad, INDICES, **CLIPPY)
+
+  def reference_step(var, accum, grad):
+    return reference.sparse_clippy_adagrad(var, accum, grad, INDICES, dtype, **CLIPPY)
+
+  var0, var, scales = clippy_steps(dtype, 4, len(INDICES), make_apply, reference_step)
   assert min(scales) < 1.0  # clipping was active
   untouched = np.setdiff1d(np.arange(ROWS), INDICES)
   np.testing.assert_array_equal(var.numpy()[untouched], var0[untouched])
@@ -76,18 +91,13 @@ def test_sparse_clippy_adagrad(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_dense_clippy_adagrad(dtype):
-  var0 = values((ROWS, DIM), dtype, 6)
-  accum0 = values((ROWS, DIM), dtype, 7, 0.1, 1.0)
-  var, accum = as_variables(var0, accum0)
-  expected = (var0, accum0)
-  apply = tf.function(lambda g: ops.clippy_adagrad(var, accum, g, **CLIPPY))
-  for step in range(1, 4):
-    grad = values((ROWS, DIM), dtype, 30 + step, -3.0, 3.0)
-    scale = apply(tf.constant(grad))
-    *expected, want_scale = reference.clippy_adagrad(*expected, grad, dtype, **CLIPPY)
-    np.testing.assert_allclose(var.numpy(), expected[0], **TOLERANCE[dtype])
-    np.testing.assert_allclose(accum.numpy(), expected[1], **TOLERANCE[dtype])
-    np.testing.assert_allclose(scale.numpy(), want_scale, **TOLERANCE[dtype])
+
+  def make_apply(var, accum):
+    step = tf.function(lambda grad: ops.clippy_adagrad(var, accum, grad, **CLIPPY))
+    return lambda grad: step(tf.constant(grad))
+
+  clippy_steps(dtype, 6, ROWS, make_apply,
+               lambda var, accum, grad: reference.clippy_adagrad(var, accum, grad, dtype, **CLIPPY))
 
 
 @pytest.mark.parametrize("op", ["lazy_adam", "clippy_adagrad"])

@@ -9,7 +9,6 @@ with and without XLA (optimizer steps, Keras 3 `model.fit(jit_compile=True)`, tf
 and leaves every variable as it was. Why: see docs/design.md, "XLA".
 """
 
-import logging
 import os
 import re
 import subprocess
@@ -22,12 +21,13 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from tf_opt_ops import _core
 from tf_opt_ops import _loader
 from tf_opt_ops import keras as k3_ops
 from tf_opt_ops import legacy as legacy_ops
 from tf_opt_ops import ops
 from tf_opt_ops import tf_keras as tfk_ops
+
+import common
 
 ROWS, COLS, BATCH = 1000, 16, 96  # a table shape no other tensor of the tests has
 TABLE = f"f32[{ROWS},{COLS}]"
@@ -44,14 +44,9 @@ NP_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": tf.bfloat
 @pytest.fixture(autouse=True)
 def no_fallback():
   """Every test here runs the XLA kernels: the standard-ops fallback would log."""
-  records = []
-  handler = logging.Handler()
-  handler.emit = records.append
-  tf.get_logger().addHandler(handler)
-  _core._logged.clear()
-  yield
-  tf.get_logger().removeHandler(handler)
-  fallbacks = [r.getMessage() for r in records if "falling back" in r.getMessage()]
+  with common.tensorflow_log() as messages:
+    yield
+  fallbacks = [m for m in messages if "falling back" in m]
   assert not fallbacks, fallbacks
 
 

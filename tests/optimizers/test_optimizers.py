@@ -8,7 +8,6 @@ test_tfrs_parity.py (TFRS needs TF_USE_LEGACY_KERAS=1 before TensorFlow is impor
 """
 
 import dataclasses
-import logging
 from typing import Any
 from typing import Callable
 
@@ -159,13 +158,8 @@ def make(flavor, opt, **options):
 @pytest.fixture
 def xla_fallback_messages():
   """The XLA fallback warnings logged while the test runs, the once-only memory cleared."""
-  records = []
-  handler = logging.Handler()
-  handler.emit = records.append
-  tf.get_logger().addHandler(handler)
-  _core._logged.clear()
-  yield lambda: [r.getMessage() for r in records if "XLA" in r.getMessage()]
-  tf.get_logger().removeHandler(handler)
+  with common.tensorflow_log() as messages:
+    yield lambda: [m for m in messages if "XLA" in m]
 
 
 @pytest.fixture(params=["xla_kernels", "fallback", "gpu_without_xla_kernels"])
