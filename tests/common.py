@@ -81,3 +81,16 @@ def tensorflow_log():
     yield messages
   finally:
     tf.get_logger().removeHandler(handler)
+
+
+def duplicate_id_batches(ids, batch, steps, seed=0):
+  """`steps` batches of `batch` examples as one (x, y): three int32 ids below `ids` and a
+  float32 label each, the second example of every batch a copy of the first (duplicate ids,
+  which the kernels sum)."""
+  import numpy as np
+
+  rng = np.random.default_rng(seed)
+  x = rng.integers(0, ids, size=(batch * steps, 3)).astype(np.int32)
+  x[1::batch] = x[::batch]
+  y = rng.normal(size=(batch * steps, 1)).astype(np.float32)
+  return x, y

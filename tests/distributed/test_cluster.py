@@ -40,16 +40,6 @@ RESTORED_CASES = ["LazyAdam", "ClippyAdagrad_factors", "CompositeOptimizer", "Mu
 ROWS, USED, DIM, BATCH, STEPS = 30, 24, 4, 8, 4  # rows >= USED never appear in the data
 TIMEOUT_S = 420
 
-
-def _data():
-  import numpy as np
-  rng = np.random.default_rng(0)
-  x = rng.integers(0, USED, size=(BATCH * STEPS, 3)).astype(np.int32)
-  x[1::BATCH] = x[::BATCH]  # duplicate ids in every batch
-  y = rng.normal(size=(BATCH * STEPS, 1)).astype(np.float32)
-  return x, y
-
-
 # ----------------------------------------------------------------------------- the chief
 
 
@@ -158,7 +148,7 @@ def chief(cluster_json):
       resolver,
       variable_partitioner=tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
   coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-  x, y = _data()
+  x, y = common.duplicate_id_batches(USED, BATCH, STEPS)
   k.utils.set_random_seed(0)
   init = _build(k).get_weights()
 

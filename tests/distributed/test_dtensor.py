@@ -19,9 +19,9 @@ import os
 import sys
 
 import pytest
-from test_cluster import ROOT
 
 import common
+from test_cluster import ROOT
 
 pytestmark = pytest.mark.slow
 

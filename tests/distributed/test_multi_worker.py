@@ -16,18 +16,19 @@ import subprocess
 import sys
 
 import pytest
+
+from tf_opt_ops.server import free_ports
+
+import common
 from test_cluster import BATCH
 from test_cluster import ROOT
 from test_cluster import STEPS
 from test_cluster import USED
 from test_cluster import _build
-from test_cluster import _data
 from test_cluster import _env
 from test_cluster import _factors
 from test_cluster import _optimizer
 from test_cluster import _state
-
-from tf_opt_ops.server import free_ports
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -47,7 +48,7 @@ def worker():
   strategy = tf.distribute.MultiWorkerMirroredStrategy()  # first: it configures the runtime
   task = strategy.cluster_resolver.task_id
   workers = strategy.num_replicas_in_sync
-  x, y = _data()
+  x, y = common.duplicate_id_batches(USED, BATCH, STEPS)
   x[BATCH // 2::BATCH] = x[::BATCH]  # also duplicated across the two workers' halves
   results = {"replicas": workers}
   for flavor in FLAVORS:

@@ -22,14 +22,6 @@ ROWS, DIM, BATCH, STEPS, SAVED_AT = 30, 4, 8, 4, 2
 KINDS = ("multi", "composite")
 
 
-def _data():
-  rng = np.random.default_rng(0)
-  x = rng.integers(0, ROWS, size=(STEPS * BATCH, 3)).astype(np.int32)
-  x[1::BATCH] = x[::BATCH]  # duplicate ids in every batch
-  y = rng.normal(size=(STEPS * BATCH, 1)).astype(np.float32)
-  return x, y
-
-
 def _keras(flavor):
   if flavor == "keras":
     import keras
@@ -81,7 +73,7 @@ def _state(model, router):
 def run(flavor, kind, strategy, ckpt_dir):
   """(uninterrupted state, resumed state) of one flavor and router kind."""
   import tensorflow as tf
-  x, y = _data()
+  x, y = common.duplicate_id_batches(ROWS, BATCH, STEPS)
 
   def make():
     with strategy.scope():
