@@ -33,6 +33,14 @@ _var_key = _keras2.legacy_var_key
 
 
 class _LegacyMixin:
+  """Behaviour both legacy optimizers share with the base class; each class's `_apply(grad,
+  var, indices=None)` runs its op."""
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    return self._apply(grad, var)
+
+  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+    return self._apply(grad, var, indices)
 
   def _create_slots_for_sharded_variables(self, var_list):
     """Also moves slots that a checkpoint restored whole into the shards' slots.
@@ -125,12 +133,6 @@ class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam)
                            beta_2=self._scalar_hyper("beta_2", var), epsilon=self.epsilon,
                            step=self.iterations + 1, use_locking=self._use_locking,
                            fused_dense=True, light=self._light_options(var))
-
-  def _resource_apply_dense(self, grad, var, apply_state=None):
-    return self._apply(grad, var)
-
-  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-    return self._apply(grad, var, indices)
 
   def get_config(self):
     config = super().get_config()
@@ -247,12 +249,6 @@ class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.le
     return self._clippy_apply(grad, var, self.get_slot(var, "accumulator"), factor, self._lr(var),
                               use_locking=self._use_locking, indices=indices, key=_var_key(var),
                               step=self.iterations + 1)
-
-  def _resource_apply_dense(self, grad, var, apply_state=None):
-    return self._apply(grad, var)
-
-  def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-    return self._apply(grad, var, indices)
 
   def get_config(self):
     config = super().get_config()

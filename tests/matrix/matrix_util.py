@@ -94,3 +94,14 @@ def last_line(result, prefix):
   lines = [line for line in result.stdout.splitlines() if line.startswith(prefix)]
   assert lines, result.stdout[-3000:] + result.stderr[-3000:]
   return lines[-1][len(prefix):].strip()
+
+
+def embedding_model(k, rows, dim, ids_per_example):
+  """A Keras `k` model: `ids_per_example` int32 ids through a `rows` x `dim` Embedding ("emb"),
+  flattened into one Dense output ("out")."""
+  return k.Sequential([
+      k.Input(shape=(ids_per_example,), dtype="int32"),
+      k.layers.Embedding(rows, dim, name="emb"),
+      k.layers.Flatten(),
+      k.layers.Dense(1, name="out"),
+  ])

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import matrix_util
+
 ROWS, USED, DIM, BATCH, BATCHES, EPOCHS = 24, 18, 4, 16, 4, 2
 
 
@@ -16,13 +18,7 @@ def data():
 
 def make_model(k):
   k.utils.set_random_seed(3)
-  model = k.Sequential([
-      k.Input(shape=(2,), dtype="int32"),
-      k.layers.Embedding(ROWS, DIM, name="emb"),
-      k.layers.Flatten(),
-      k.layers.Dense(1, name="out"),
-  ])
-  return model
+  return matrix_util.embedding_model(k, ROWS, DIM, 2)
 
 
 def optimizers(flavor):

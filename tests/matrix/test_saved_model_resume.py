@@ -31,14 +31,11 @@ def optimizer_variables(optimizer):
 
 
 def make_trainer(flavor):
+  import matrix_util
+
   k = flavor.keras
   k.utils.set_random_seed(0)
-  model = k.Sequential([
-      k.Input(shape=(3,), dtype="int32"),
-      k.layers.Embedding(ROWS, DIM, name="emb"),
-      k.layers.Flatten(),
-      k.layers.Dense(1, name="out"),
-  ])
+  model = matrix_util.embedding_model(k, ROWS, DIM, 3)
   lazy = flavor.module.LazyAdam(learning_rate=0.05)
   clippy = flavor.module.ClippyAdagrad(learning_rate=0.3, export_clipping_factors=True)
 
