@@ -56,7 +56,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import bench
-from tf_opt_ops._convert import handle
+from tf_opt_ops._op_inputs import handle
 
 # The 26 categorical features of the Criteo Kaggle display-advertising data, as
 # DLRM and TorchRec publish them.

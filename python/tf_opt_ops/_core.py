@@ -25,11 +25,11 @@ from tf_opt_ops import _loader
 from tf_opt_ops import _standard_ops
 from tf_opt_ops import _tf_private
 from tf_opt_ops import ops
-from tf_opt_ops._convert import adam_scalars
-from tf_opt_ops._convert import handle
-from tf_opt_ops._convert import scalar
-from tf_opt_ops._convert import scalar_dtype
-from tf_opt_ops._convert import value_dtype
+from tf_opt_ops._op_inputs import adam_scalars
+from tf_opt_ops._op_inputs import handle
+from tf_opt_ops._op_inputs import scalar
+from tf_opt_ops._op_inputs import scalar_dtype
+from tf_opt_ops._op_inputs import value_dtype
 
 _logged = set()
 _log_lock = threading.Lock()
@@ -126,8 +126,9 @@ _SLOT_DTYPES = ("bfloat16", "float16", "float32")
 _LIGHT_TABLE_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
 
 
-class LightSlots:
-  """How an optimizer keeps its slots: their dtype, v per row or per element, their rounding.
+class LightState:
+  """How an optimizer keeps its state: LazyAdam's slots or ClippyAdagrad's accumulator (their
+  dtype, v per row or per element, their rounding).
 
   The options every flavor's `LazyAdam` takes (`slot_dtype`,
   `rowwise_second_moment`, `stochastic_rounding`, `seed`), and `ClippyAdagrad`
@@ -225,7 +226,7 @@ def check_slot_layout(var, slots, want_dtype, want_shapes=None):
 
 
 class LazyAdamMixin:
-  """The light-state options every LazyAdam flavor takes (`LightSlots`), kept and configured."""
+  """The light-state options every LazyAdam flavor takes (`LightState`), kept and configured."""
 
   def _init_light_slots(self, light_slots):
     self._light_slots = light_slots
@@ -249,7 +250,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   the 1-based step t; the hyperparameters may be numbers, tensors, variables or
   callables. `on_mesh`: the variables are DTensors, updated in standard ops in
   the formulation DTensor can lay out (every row computed, the touched ones
-  written; see `_standard_ops`). `light`: `LightSlots.op_options(var)` when the
+  written; see `_standard_ops`). `light`: `LightState.op_options(var)` when the
   slots are light; every update, dense ones too (as all rows), then runs the
   V2 op, which alone knows the light layout.
   """
@@ -437,7 +438,7 @@ class ClippyAdagradMixin:
                    stochastic_rounding=None, seed=0):
     """Checks and keeps every option but the learning rate (each base class keeps that)."""
     _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
-    self._light_accumulator = LightSlots(accumulator_dtype, False, stochastic_rounding, seed,
+    self._light_accumulator = LightState(accumulator_dtype, False, stochastic_rounding, seed,
                                          min_rank=0, option="accumulator_dtype")
     check_non_negative(initial_accumulator_value=initial_accumulator_value,
                        variable_relative_threshold=variable_relative_threshold,

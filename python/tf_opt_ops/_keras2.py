@@ -161,7 +161,7 @@ def is_tf_keras():
   return tf.keras.optimizers.Optimizer.__module__.split(".")[0] == NAME
 
 
-class SlotReference:
+class VariableWithSlotDtype:
   """A model variable as Keras 2's slot creation reads it, with slots of `dtype`.
 
   `add_variable_from_reference` and `add_slot` give a slot the dtype of its

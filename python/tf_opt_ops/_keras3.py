@@ -8,10 +8,15 @@ names. The message says what to use there (see `_keras2.require_keras3`).
 It is also the one module that reaches Keras 3's private attributes (docs/design.md,
 "Private framework APIs"). Hooks our optimizer subclasses override or call on
 themselves (`_momentums`, `_get_variable_index`...) are the subclass API of Keras 3's
-optimizer base and stay in the subclasses.
+optimizer base and stay in the subclasses. And it turns the values Keras 3 refuses as
+a learning rate into ones it takes (`as_learning_rate`).
 """
 
 import importlib
+import numbers
+
+import numpy as np
+import tensorflow as tf
 
 from tf_opt_ops import _keras2
 
@@ -27,3 +32,29 @@ def own_trainable_variables(layer):
 def direct_sublayers(layer):
   """The layers `layer` tracks directly (one level down)."""
   return list(layer._flatten_layers(include_self=False, recursive=False))
+
+
+# Keras 3's optimizer base class takes a learning rate only as a Python float, a schedule or a
+# callable; tf_keras' take tensors and NumPy scalars too. Why the Keras 3 flavor converts: see
+# docs/design.md, "Keras flavors and checkpoints".
+def as_learning_rate(value):
+  """`value` as Keras 3 takes it: a constant scalar (int, NumPy, eager tensor) becomes a float.
+
+  A variable is refused: Keras 3 keeps the learning rate in a variable of its
+  own, so a variable given here would be read once and then silently ignored.
+  """
+  if isinstance(value, bool):
+    raise TypeError(f"learning_rate must be a number, got {value!r}.")
+  if hasattr(value, "assign"):  # tf.Variable, keras.Variable
+    raise TypeError(
+        f"The Keras 3 flavor cannot take a variable as learning_rate (got {value!r}): Keras 3 "
+        "keeps the rate in a variable of its own. Pass a float and change it with "
+        "`optimizer.learning_rate = new_value`, or pass a callable (`lambda: variable`) or a "
+        "schedule.")
+  if isinstance(value, numbers.Real) and not isinstance(value, float):
+    return float(value)
+  if isinstance(value, np.ndarray) and value.shape == ():
+    return float(value)
+  if isinstance(value, tf.Tensor) and not tf.is_symbolic_tensor(value) and value.shape.rank == 0:
+    return float(value.numpy())
+  return value

@@ -20,11 +20,11 @@ variables compute in float32; only the stored values are rounded.
 import tensorflow as tf
 
 from tf_opt_ops import _tf_private
-from tf_opt_ops._convert import adam_scalars
-from tf_opt_ops._convert import clippy_scalars
-from tf_opt_ops._convert import handle
-from tf_opt_ops._convert import scalar_dtype
-from tf_opt_ops._convert import value_dtype
+from tf_opt_ops._op_inputs import adam_scalars
+from tf_opt_ops._op_inputs import clippy_scalars
+from tf_opt_ops._op_inputs import handle
+from tf_opt_ops._op_inputs import scalar_dtype
+from tf_opt_ops._op_inputs import value_dtype
 
 
 def _none_unless_all_in_range(var, rows):

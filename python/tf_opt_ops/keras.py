@@ -11,10 +11,10 @@ module raises ImportError naming the flavors that are `tf.keras` there.
 import tensorflow as tf
 
 from tf_opt_ops import _core
-from tf_opt_ops import _hyperparameters
+from tf_opt_ops import _keras3  # ImportError on TensorFlow 2.15
 from tf_opt_ops import _registry
 from tf_opt_ops import _restore_hints
-from tf_opt_ops._keras3 import keras  # ImportError on TensorFlow 2.15
+from tf_opt_ops._keras3 import keras
 from tf_opt_ops.routers.keras import CompositeOptimizer
 from tf_opt_ops.routers.keras import MultiOptimizer
 from tf_opt_ops.routers.keras import OptimizerBlocks
@@ -50,7 +50,7 @@ class _Keras3Mixin:
 
   def __init__(self, learning_rate=0.001, **kwargs):
     # Keras 3 takes a Python float only; tensors and NumPy scalars are converted.
-    super().__init__(learning_rate=_hyperparameters.keras3_learning_rate(learning_rate), **kwargs)
+    super().__init__(learning_rate=_keras3.as_learning_rate(learning_rate), **kwargs)
 
   def apply(self, grads, trainable_variables=None):
     if self.loss_scale_factor is not None:
@@ -81,12 +81,12 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
   # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
-  # do, then the light-state options (`_core.LightSlots`).
+  # do, then the light-state options (`_core.LightState`).
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
                name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
                stochastic_rounding=None, seed=0, **kwargs):
     _core.check_amsgrad(amsgrad)
-    light_slots = _core.LightSlots(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
+    light_slots = _core.LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
     self._init_light_slots(light_slots)

@@ -20,7 +20,7 @@ from tf_opt_ops import _core
 from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
 from tf_opt_ops import _tf_private
-from tf_opt_ops._convert import scalar_dtype
+from tf_opt_ops._op_inputs import scalar_dtype
 from tf_opt_ops.routers.legacy import CompositeOptimizer
 from tf_opt_ops.routers.legacy import MultiOptimizer
 from tf_opt_ops.routers.legacy import OptimizerBlocks
@@ -78,8 +78,8 @@ class _LegacyMixin:
   def add_slot(self, var, slot_name, initializer="zeros", shape=None):
     # Every slot, those a checkpoint restores included, in its dtype (`_slot_dtype`).
     dtype = self._slot_dtype(var, slot_name)
-    if dtype is not None and not isinstance(var, _keras2.SlotReference):
-      var = _keras2.SlotReference(var, dtype)
+    if dtype is not None and not isinstance(var, _keras2.VariableWithSlotDtype):
+      var = _keras2.VariableWithSlotDtype(var, dtype)
     try:
       return super().add_slot(var, slot_name, initializer=initializer, shape=shape)
     except ValueError as e:  # a restored slot of another dtype than this optimizer keeps
@@ -104,12 +104,12 @@ class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam)
   __doc__ = _core.LAZY_ADAM_DOC
 
   # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
-  # do, then the light-state options (`_core.LightSlots`).
+  # do, then the light-state options (`_core.LightState`).
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
                name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
                stochastic_rounding=None, seed=0, **kwargs):
     _core.check_amsgrad(amsgrad)
-    light_slots = _core.LightSlots(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
+    light_slots = _core.LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
     self._init_light_slots(light_slots)

@@ -12,12 +12,12 @@ once, in its op's doc (`tf_opt_ops/lazy_adam_ops.cc`,
 
 import tensorflow as tf
 
-from tf_opt_ops._convert import clippy_scalars as _clippy_scalars
-from tf_opt_ops._convert import handle as _handle
-from tf_opt_ops._convert import scalar as _scalar
-from tf_opt_ops._convert import scalar_dtype  # public here: the kernels' scalar dtype
-from tf_opt_ops._convert import value_dtype as _value_dtype
 from tf_opt_ops._loader import load_library
+from tf_opt_ops._op_inputs import clippy_scalars as _clippy_scalars
+from tf_opt_ops._op_inputs import handle as _handle
+from tf_opt_ops._op_inputs import scalar as _scalar
+from tf_opt_ops._op_inputs import scalar_dtype  # public here: the kernels' scalar dtype
+from tf_opt_ops._op_inputs import value_dtype as _value_dtype
 
 # The op names carry the library prefix `TfOptOps>`, so a SavedModel that uses
 # them names this library when it is loaded without it.

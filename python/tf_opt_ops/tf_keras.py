@@ -162,14 +162,14 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
 
   # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
-  # do, then the light-state options (`_core.LightSlots`).
+  # do, then the light-state options (`_core.LightState`).
   def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
                name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
                stochastic_rounding=None, seed=0, **kwargs):
     _core.check_amsgrad(amsgrad)
     if kwargs.pop("adaptive_epsilon", False):
       raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
-    light_slots = _core.LightSlots(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
+    light_slots = _core.LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
     _core.default_jit_compile(kwargs)
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                      amsgrad=False, name=name, **kwargs)
@@ -190,7 +190,7 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
     self._momentums, self._velocities = [], []
     for var in var_list:
       dtype = self._light_slots.slot_dtype_for(var)
-      reference = _keras2.SlotReference(var, dtype)
+      reference = _keras2.VariableWithSlotDtype(var, dtype)
       self._momentums.append(
           self.add_variable_from_reference(reference, "m", initial_value=tf.zeros(var.shape,
                                                                                   dtype)))
@@ -261,7 +261,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
         initial_value = functools.partial(_filled_like, var, self.initial_accumulator_value)
       else:
         initial_value = initializer(shape=var.shape, dtype=dtype)
-      reference = var if dtype == var.dtype else _keras2.SlotReference(var, dtype)
+      reference = var if dtype == var.dtype else _keras2.VariableWithSlotDtype(var, dtype)
       self._accumulators.append(
           self.add_variable_from_reference(reference, "accumulator", initial_value=initial_value))
       if not self.export_clipping_factors:

@@ -10,9 +10,9 @@ PACKAGE = os.path.join(common.PYTHON_DIR, "tf_opt_ops")
 # docs/design.md, "Layers", from the bottom up (the Python part).
 LAYERS = [
     {"tf_opt_ops_sysconfig", "reference", "_version", "_tf_private"},
-    {"_loader", "ops", "_convert", "checkpoints"},
+    {"_loader", "ops", "_op_inputs", "checkpoints"},
     {"_core", "_standard_ops"},
-    {"_keras2", "_keras3", "_registry", "_hyperparameters", "_restore_hints"},
+    {"_keras2", "_keras3", "_registry", "_restore_hints"},
     {
         "routers", "routers.rules", "routers.table", "routers.core", "routers.tf_keras_common",
         "routers.keras", "routers.tf_keras", "routers.legacy"

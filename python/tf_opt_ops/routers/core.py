@@ -174,7 +174,7 @@ class RouterState:
     self.warned_fresh_default = False
 
 
-class RouterMethods:
+class RouterMixin:
   """Behaviour both router kinds share (mixed in before the flavor's base class).
 
   The flavor's base class provides `_flavor`, `_blocks_class` (its
@@ -338,7 +338,7 @@ class RouterMethods:
     return config, optimizers, default, entries
 
 
-class CompositeMethods(RouterMethods):
+class CompositeMethods(RouterMixin):
   """`CompositeOptimizer(optimizers_and_vars, name=...)`: TensorFlow Recommenders' router."""
 
   def __init__(self, optimizers_and_vars, name="CompositeOptimizer"):
@@ -366,7 +366,7 @@ class CompositeMethods(RouterMethods):
     return cls([(opt, blocks) for opt, blocks, _ in entries], name=config.get("name"))
 
 
-class MultiMethods(RouterMethods):
+class MultiMethods(RouterMixin):
   """`MultiOptimizer(optimizers_and_blocks, default_optimizer="rmsprop", name=...)` (Merlin)."""
 
   def __init__(self, optimizers_and_blocks, default_optimizer="rmsprop", name="MultiOptimizer",
