@@ -3,12 +3,16 @@
 - Every fenced ```python block runs, in a fresh namespace, unless its first line says why it
   is not run here (`# Not run by the docs test: <reason>`), which readers see too.
 - Every relative link points at a file that exists, and every `#anchor` at a heading of it.
+- Every repository path the pages name in backticks (`tests/...`, `tools/...`, globs and
+  `<minor>` placeholders included) matches a file or folder of the repository.
 - Every `tf_opt_ops...` name the pages cite exists.
 """
 
+import glob
 import importlib
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -103,6 +107,53 @@ def test_links_resolve(page, target):
   if anchor:
     assert linked.endswith(".md"), target
     assert anchor in _anchors(linked), f"{page}: no heading for #{anchor} in {linked}"
+
+
+def _tracked_top_level():
+  files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+  return {f.split("/")[0] for f in files}
+
+
+# Paths the pages name that are not this repository's: inside the installed wheel, and the
+# peers' own test files.
+NOT_REPOSITORY_PATHS = (r"tf_opt_ops/libs/.*", r"tests/unit/tf/blocks/test_optimizer\.py")
+
+
+def _brace_expand(pattern):
+  match = re.search(r"\{([^{}]*)\}", pattern)
+  if not match:
+    return [pattern]
+  return [
+      expanded for choice in match.group(1).split(",")
+      for expanded in _brace_expand(pattern[:match.start()] + choice + pattern[match.end():])
+  ]
+
+
+def _repository_paths():
+  top_level = _tracked_top_level()
+  paths = set()
+  for page in PAGES:
+    for path in re.findall(r"`\.?/?([A-Za-z_.][^`\s]*/[^`\s]*)`", read(page)):
+      if path.split("/")[0] in top_level and not any(
+          re.fullmatch(p, path) for p in NOT_REPOSITORY_PATHS):
+        paths.add((page, path))
+  return sorted(paths)
+
+
+REPOSITORY_PATHS = _repository_paths()
+
+
+def test_pages_name_repository_paths():
+  assert len(REPOSITORY_PATHS) >= 30, REPOSITORY_PATHS
+
+
+@pytest.mark.parametrize("page, path", REPOSITORY_PATHS,
+                         ids=[f"{p}:{t}" for p, t in REPOSITORY_PATHS])
+def test_repository_paths_exist(page, path):
+  pattern = re.sub(r"<[^<>]*>", "*", path)
+  matches = [m for p in _brace_expand(pattern) for m in glob.glob(os.path.join(ROOT, p))]
+  assert matches, f"{page} names {path}, which is not in the repository"
 
 
 def test_cited_names_exist():
