@@ -81,6 +81,46 @@ def test_top_level_names_follow_tf_keras(legacy_keras, flavor, run_python):
   assert result.stdout.split()[-1] == flavor
 
 
+def _tf_keras_2_15_block():
+  """docs/migrating.md's TF Addons example as written for TensorFlow 2.15 (`tf.keras`)."""
+  (block,) = [
+      b for b in python_blocks(read(os.path.join("docs", "migrating.md")))
+      if "tf.keras.Sequential" in b and "tf_opt_ops.legacy.LazyAdam" in b
+  ]
+  return block
+
+
+# A checkpoint in TF Addons' layout (a tf_keras legacy Adam's), at the path the example reads.
+_WRITE_TFA_CHECKPOINT = """
+import numpy as np
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Embedding(1000, 16), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.legacy.Adam(1e-3)
+model.compile(optimizer=optimizer, loss="mse")
+model.fit(np.array([[1, 2, 3]]), np.ones((1, 3, 1)), verbose=0)
+tf.train.Checkpoint(model=model, optimizer=optimizer).write("tfa_checkpoint")
+"""
+
+
+def test_tf_addons_example_runs_with_legacy_keras(run_python, tmp_path):
+  # TensorFlow 2.16+ with TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras, as on 2.15.
+  env = {"TF_USE_LEGACY_KERAS": "1"}
+  run_python(_WRITE_TFA_CHECKPOINT, env=env, cwd=tmp_path)
+  result = run_python(_tf_keras_2_15_block() + "\nprint(int(optimizer.iterations.numpy()))\n",
+                      env=env, cwd=tmp_path)
+  assert result.stdout.split()[-1] == "1"  # TF Addons' step counter, restored
+
+
+def test_tf_addons_example_fails_on_keras_3_as_the_page_says(run_python, tmp_path):
+  result = run_python(_tf_keras_2_15_block(), env={"TF_USE_LEGACY_KERAS": "0"}, cwd=tmp_path,
+                      check=False)
+  assert result.returncode != 0
+  error = result.stderr.strip().splitlines()[-1]
+  quoted = "ValueError: Could not interpret optimizer identifier: <tf_opt_ops.legacy.LazyAdam object at "
+  assert error.startswith(quoted), error
+  assert quoted in read(os.path.join("docs", "migrating.md"))
+
+
 def _slug(heading):
   """GitHub's anchor for a heading."""
   text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
