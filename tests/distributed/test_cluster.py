@@ -377,14 +377,14 @@ def _guide_chief():
 def test_guide_chief_trains_a_sharded_model_on_the_cluster():
   with _cluster(workers=2, ps=2) as cluster:
     tf_config = json.dumps({"cluster": cluster.spec, "task": {"type": "chief", "index": 0}})
-    proc = common.run_python(_guide_chief(), env={"TF_CONFIG": tf_config},
-                             timeout=GUIDE_TIMEOUT_S, check=False)
+    proc = common.run_python(_guide_chief(), env={"TF_CONFIG": tf_config}, timeout=GUIDE_TIMEOUT_S,
+                             check=False)
     cluster.check_running()
   assert proc.returncode == 0, proc.stderr[-4000:]
   devices, losses = proc.stdout.strip().splitlines()[-2:]
   devices, losses = sorted(ast.literal_eval(devices)), ast.literal_eval(losses)
-  assert [re.sub(r"/device:CPU:0$", "", d) for d in devices
-          ] == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # the table, sharded
+  tasks = [re.sub(r"/device:CPU:0$", "", d) for d in devices]
+  assert tasks == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # the table, sharded
   assert len(losses) == 4
   assert losses[-1] < 0.5 * losses[0], losses  # it learned
 

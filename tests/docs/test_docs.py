@@ -116,7 +116,8 @@ def test_tf_addons_example_fails_on_keras_3_as_the_page_says(run_python, tmp_pat
                       check=False)
   assert result.returncode != 0
   error = result.stderr.strip().splitlines()[-1]
-  quoted = "ValueError: Could not interpret optimizer identifier: <tf_opt_ops.legacy.LazyAdam object at "
+  quoted = ("ValueError: Could not interpret optimizer identifier: "
+            "<tf_opt_ops.legacy.LazyAdam object at ")
   assert error.startswith(quoted), error
   assert quoted in read(os.path.join("docs", "migrating.md"))
 

@@ -65,8 +65,8 @@ def test_command_line_fails_for_a_version_this_install_lacks(option):
   # what the install has instead of printing a path that does not exist.
   built = tf_opt_ops_sysconfig.built_tf_versions()
   missing = next(v for v in ("2.15", "2.14") if v not in built)  # 2.14: never supported
-  result = common.run_python(None, "-m", "tf_opt_ops_sysconfig", "--tf-version", missing,
-                             *option, timeout=120, check=False)
+  result = common.run_python(None, "-m", "tf_opt_ops_sysconfig", "--tf-version", missing, *option,
+                             timeout=120, check=False)
   assert result.returncode != 0
   assert result.stdout == ""
   message = result.stderr.strip()
