@@ -17,6 +17,10 @@ metadata, or `tensorflow.__version__` when TensorFlow is already imported).
     python -m tf_opt_ops_sysconfig --tf-version 2.15   # the library for TensorFlow 2.15
     python -m tf_opt_ops_sysconfig --lflags            # link flags
     python -m tf_opt_ops_sysconfig --list              # the TensorFlow versions this install has
+
+The command line names only libraries this install holds: for another version
+it exits non-zero, naming the versions it has (`make wheel` holds the build's
+TensorFlow only; `make wheel-all` every supported one).
 """
 
 import argparse
@@ -138,6 +142,21 @@ def get_link_flags(tf_version=None):
   ]
 
 
+def check_built(tf_version=None):
+  """Raises FileNotFoundError, naming the versions this install has, unless it holds the
+  library for `tf_version` (default: the installed TensorFlow)."""
+  minor = tf_minor(tf_version or installed_tf_version())
+  if os.path.exists(get_library_path(minor)):
+    return
+  built = built_tf_versions()
+  raise FileNotFoundError(
+      f"tf_opt_ops_sysconfig: this install holds no library for TensorFlow {minor}; it holds "
+      f"{', '.join(built) or 'none'} (in {os.path.join(get_lib(), 'libs')}). Install a wheel "
+      "built for that TensorFlow: `make wheel` builds one for the build environment's "
+      "TensorFlow only, `make wheel-all` one for every supported version "
+      f"({', '.join(SUPPORTED_TF_VERSIONS)}).")
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description="Prints where the tf_opt_ops op library is.")
   parser.add_argument("--tf-version", help="the TensorFlow version (default: the installed one)")
@@ -149,7 +168,12 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.list:
     print(" ".join(built_tf_versions()))
-  elif args.cflags:
+    return
+  try:
+    check_built(args.tf_version)
+  except (FileNotFoundError, ImportError, ValueError) as e:
+    sys.exit(str(e))
+  if args.cflags:
     print(" ".join(get_compile_flags(args.tf_version)))
   elif args.lflags:
     print(" ".join(get_link_flags(args.tf_version)))

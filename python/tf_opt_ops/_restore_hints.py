@@ -1,7 +1,7 @@
 """Errors that name the class to use when a checkpoint meets the wrong Keras flavor.
 
 TensorFlow Addons' and Merlin's `LazyAdam` are tf_keras legacy optimizers
-(OptimizerV2). Restoring their checkpoints into a tf_keras new-API optimizer
+(OptimizerV2). Restoring their checkpoints into a tf_keras (not legacy) optimizer
 fails in tf_keras with a message that names `tf.keras.optimizers.legacy.<Class>`,
 a class that does not exist for ours. Why the flavors differ: see
 docs/design.md, "Keras flavors and checkpoints".
@@ -32,9 +32,9 @@ def name_the_legacy_class(optimizer):
     raise ValueError(
         f"This checkpoint was written by a tf_keras legacy optimizer (OptimizerV2, as TensorFlow "
         f"Addons' and Merlin's LazyAdam are), but it is being restored into "
-        f"{type(optimizer).__module__}.{name}, a tf_keras new-API optimizer whose checkpoint "
+        f"{type(optimizer).__module__}.{name}, a tf_keras optimizer (not legacy) whose checkpoint "
         f"layout differs. Use tf_opt_ops.legacy.{name} instead (under TF_USE_LEGACY_KERAS=1 the "
-        f"top-level tf_opt_ops.{name} is the tf_keras new-API class).") from e
+        f"top-level tf_opt_ops.{name} is the tf_keras class).") from e
 
 
 # What TensorFlow says when a checkpoint's tensor has another dtype than the variable it is

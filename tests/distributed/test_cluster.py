@@ -12,11 +12,14 @@ Two clusters of subprocesses on free localhost ports, each stopped by PID:
 - 1 worker with the library and 1 parameter server without it (a plain
   `tf.distribute.Server`): the first step fails naming the fused op, which is
   what shows that the fused ops run on the parameter servers.
+- The chief of docs/distributed.md, as the guide prints it, on 2 workers and
+  2 parameter servers: it trains a sharded model with `model.fit`.
 
 Keras 3 is not here: its layers cannot use a `ShardedVariable` (stock Adam
 fails the same way). Why: see docs/design.md, "Invariants".
 """
 
+import ast
 import json
 import os
 import re
@@ -39,6 +42,7 @@ RESTORES = [("one", "one"), ("ps", "ps"), ("one", "ps"), ("ps", "one")]
 RESTORED_CASES = ["LazyAdam", "ClippyAdagrad_factors", "CompositeOptimizer", "MultiOptimizer"]
 ROWS, USED, DIM, BATCH, STEPS = 30, 24, 4, 8, 4  # rows >= USED never appear in the data
 TIMEOUT_S = 420
+GUIDE_TIMEOUT_S = 300
 
 # ----------------------------------------------------------------------------- the chief
 
@@ -351,6 +355,29 @@ def test_parameter_server_without_library_names_the_op(tmp_path):
   assert error is not None
   assert "TfOptOps>ResourceSparseApplyLazyAdam" in error
   assert "not registered" in error or "NotFound" in error
+
+
+def _guide_chief():
+  """The chief program of docs/distributed.md's ParameterServerStrategy section."""
+  with open(os.path.join(ROOT, "docs", "distributed.md"), encoding="utf-8") as f:
+    blocks = re.findall(r"^```python\n(.*?)^```$", f.read(), flags=re.S | re.M)
+  (block,) = [b for b in blocks if "ParameterServerStrategy(" in b]
+  return block
+
+
+def test_guide_chief_trains_a_sharded_model_on_the_cluster():
+  with _cluster(workers=2, ps=2) as cluster:
+    tf_config = json.dumps({"cluster": cluster.spec, "task": {"type": "chief", "index": 0}})
+    proc = common.run_python(_guide_chief(), env={"TF_CONFIG": tf_config}, timeout=GUIDE_TIMEOUT_S,
+                             check=False)
+    cluster.check_running()
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  devices, losses = proc.stdout.strip().splitlines()[-2:]
+  devices, losses = sorted(ast.literal_eval(devices)), ast.literal_eval(losses)
+  tasks = [re.sub(r"/device:CPU:0$", "", d) for d in devices]
+  assert tasks == ["/job:ps/replica:0/task:0", "/job:ps/replica:0/task:1"]  # the table, sharded
+  assert len(losses) == 4
+  assert losses[-1] < 0.5 * losses[0], losses  # it learned
 
 
 @pytest.mark.parametrize("tf_config,message", [

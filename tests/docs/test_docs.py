@@ -3,12 +3,16 @@
 - Every fenced ```python block runs, in a fresh namespace, unless its first line says why it
   is not run here (`# Not run by the docs test: <reason>`), which readers see too.
 - Every relative link points at a file that exists, and every `#anchor` at a heading of it.
+- Every repository path the pages name in backticks (`tests/...`, `tools/...`, globs and
+  `<minor>` placeholders included) matches a file or folder of the repository.
 - Every `tf_opt_ops...` name the pages cite exists.
 """
 
+import glob
 import importlib
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -77,6 +81,47 @@ def test_top_level_names_follow_tf_keras(legacy_keras, flavor, run_python):
   assert result.stdout.split()[-1] == flavor
 
 
+def _tf_keras_2_15_block():
+  """docs/migrating.md's TF Addons example as written for TensorFlow 2.15 (`tf.keras`)."""
+  (block,) = [
+      b for b in python_blocks(read(os.path.join("docs", "migrating.md")))
+      if "tf.keras.Sequential" in b and "tf_opt_ops.legacy.LazyAdam" in b
+  ]
+  return block
+
+
+# A checkpoint in TF Addons' layout (a tf_keras legacy Adam's), at the path the example reads.
+_WRITE_TFA_CHECKPOINT = """
+import numpy as np
+import tensorflow as tf
+model = tf.keras.Sequential([tf.keras.layers.Embedding(1000, 16), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.legacy.Adam(1e-3)
+model.compile(optimizer=optimizer, loss="mse")
+model.fit(np.array([[1, 2, 3]]), np.ones((1, 3, 1)), verbose=0)
+tf.train.Checkpoint(model=model, optimizer=optimizer).write("tfa_checkpoint")
+"""
+
+
+def test_tf_addons_example_runs_with_legacy_keras(run_python, tmp_path):
+  # TensorFlow 2.16+ with TF_USE_LEGACY_KERAS=1: tf.keras is tf_keras, as on 2.15.
+  env = {"TF_USE_LEGACY_KERAS": "1"}
+  run_python(_WRITE_TFA_CHECKPOINT, env=env, cwd=tmp_path)
+  result = run_python(_tf_keras_2_15_block() + "\nprint(int(optimizer.iterations.numpy()))\n",
+                      env=env, cwd=tmp_path)
+  assert result.stdout.split()[-1] == "1"  # TF Addons' step counter, restored
+
+
+def test_tf_addons_example_fails_on_keras_3_as_the_page_says(run_python, tmp_path):
+  result = run_python(_tf_keras_2_15_block(), env={"TF_USE_LEGACY_KERAS": "0"}, cwd=tmp_path,
+                      check=False)
+  assert result.returncode != 0
+  error = result.stderr.strip().splitlines()[-1]
+  quoted = ("ValueError: Could not interpret optimizer identifier: "
+            "<tf_opt_ops.legacy.LazyAdam object at ")
+  assert error.startswith(quoted), error
+  assert quoted in read(os.path.join("docs", "migrating.md"))
+
+
 def _slug(heading):
   """GitHub's anchor for a heading."""
   text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
@@ -103,6 +148,53 @@ def test_links_resolve(page, target):
   if anchor:
     assert linked.endswith(".md"), target
     assert anchor in _anchors(linked), f"{page}: no heading for #{anchor} in {linked}"
+
+
+def _tracked_top_level():
+  files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+  return {f.split("/")[0] for f in files}
+
+
+# Paths the pages name that are not this repository's: inside the installed wheel, and the
+# peers' own test files.
+NOT_REPOSITORY_PATHS = (r"tf_opt_ops/libs/.*", r"tests/unit/tf/blocks/test_optimizer\.py")
+
+
+def _brace_expand(pattern):
+  match = re.search(r"\{([^{}]*)\}", pattern)
+  if not match:
+    return [pattern]
+  return [
+      expanded for choice in match.group(1).split(",")
+      for expanded in _brace_expand(pattern[:match.start()] + choice + pattern[match.end():])
+  ]
+
+
+def _repository_paths():
+  top_level = _tracked_top_level()
+  paths = set()
+  for page in PAGES:
+    for path in re.findall(r"`\.?/?([A-Za-z_.][^`\s]*/[^`\s]*)`", read(page)):
+      if path.split("/")[0] in top_level and not any(
+          re.fullmatch(p, path) for p in NOT_REPOSITORY_PATHS):
+        paths.add((page, path))
+  return sorted(paths)
+
+
+REPOSITORY_PATHS = _repository_paths()
+
+
+def test_pages_name_repository_paths():
+  assert len(REPOSITORY_PATHS) >= 30, REPOSITORY_PATHS
+
+
+@pytest.mark.parametrize("page, path", REPOSITORY_PATHS,
+                         ids=[f"{p}:{t}" for p, t in REPOSITORY_PATHS])
+def test_repository_paths_exist(page, path):
+  pattern = re.sub(r"<[^<>]*>", "*", path)
+  matches = [m for p in _brace_expand(pattern) for m in glob.glob(os.path.join(ROOT, p))]
+  assert matches, f"{page} names {path}, which is not in the repository"
 
 
 def test_cited_names_exist():

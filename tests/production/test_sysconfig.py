@@ -53,11 +53,29 @@ def test_sysconfig_loads_no_tensorflow_keras_or_package():
 def test_command_line_prints_the_path_and_flags():
   assert run_python(None, "-m", "tf_opt_ops_sysconfig").strip() == _loader.LIBRARY_PATH
   assert run_python(None, "-m", "tf_opt_ops_sysconfig", "--tf-version",
-                    "2.17").strip().endswith(os.path.join("libs", "tf2.17", "_tf_opt_ops.so"))
+                    tf.__version__).strip() == _loader.LIBRARY_PATH
   assert TF_MINOR in run_python(None, "-m", "tf_opt_ops_sysconfig", "--list").split()
   assert run_python(None, "-m", "tf_opt_ops_sysconfig", "--build-id").strip() == _loader.built_id()
   lflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags").split()
   assert f"-L{os.path.dirname(_loader.LIBRARY_PATH)}" in lflags
+
+
+@pytest.mark.parametrize("option", [[], ["--cflags"], ["--lflags"], ["--build-id"]])
+def test_command_line_fails_for_a_version_this_install_lacks(option):
+  # A wheel from `make wheel` holds one TensorFlow's library: asking for another names
+  # what the install has instead of printing a path that does not exist.
+  built = tf_opt_ops_sysconfig.built_tf_versions()
+  missing = next(v for v in ("2.15", "2.14") if v not in built)  # 2.14: never supported
+  result = common.run_python(None, "-m", "tf_opt_ops_sysconfig", "--tf-version", missing, *option,
+                             timeout=120, check=False)
+  assert result.returncode != 0
+  assert result.stdout == ""
+  message = result.stderr.strip()
+  assert f"no library for TensorFlow {missing}; it holds {', '.join(built)} (in " in message
+  assert "make wheel-all" in message
+  with pytest.raises(FileNotFoundError, match=f"it holds {', '.join(built)} "):
+    tf_opt_ops_sysconfig.check_built(missing)
+  tf_opt_ops_sysconfig.check_built(tf.__version__)  # the running TensorFlow's: present
 
 
 def test_flags_build_a_program_that_links_the_library(tmp_path):
