@@ -170,8 +170,7 @@ class LightSlots:
     self.rowwise_second_moment = check_bool_option("rowwise_second_moment", rowwise_second_moment)
     self.stochastic_rounding = check_bool_option("stochastic_rounding", stochastic_rounding,
                                                  none_means="on for 16-bit slots")
-    if (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or
-        not 0 <= seed < 2**31):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
       raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}.")
     self.seed = int(seed)
     self.min_rank = min_rank  # 0 for Clippy's accumulator: its dense op takes scalars too
@@ -519,8 +518,8 @@ class ClippyAdagradMixin:
   def _slot_layouts(self, var):
     """{slot: (dtype name, shape)} of the slots this optimizer keeps for `var`."""
     return {
-        "accumulator": (self._accumulator_dtype(var).name, tuple(
-            tf.TensorShape(var.shape).as_list()))
+        "accumulator":
+            (self._accumulator_dtype(var).name, tuple(tf.TensorShape(var.shape).as_list()))
     }
 
   def _light_accumulator_options(self, var, step):

@@ -1,4 +1,5 @@
-"""Errors that name the class to use when a checkpoint meets the wrong Keras flavor.
+"""Errors that say what to do when a checkpoint meets the wrong optimizer: the class to use
+when it meets the wrong Keras flavor, the options when it holds another slot layout.
 
 TensorFlow Addons' and Merlin's `LazyAdam` are tf_keras legacy optimizers
 (OptimizerV2). Restoring their checkpoints into a tf_keras new-API optimizer
@@ -64,12 +65,12 @@ def name_the_slot_layout(optimizer):
 #
 # A checkpoint keeps each slot in the dtype and shape of the optimizer that wrote it. Restoring
 # it into an optimizer of another layout must fail before anything is assigned: TensorFlow
-# would otherwise fail half-way (a dtype), or, for Keras 3 and tf_keras, whose slot lists
-# swallow a shape mismatch while they fill, leave the slot at zeros and report the restore as
-# consumed. Every check below compares the saved (dtype, shape) of each slot with the one this
-# optimizer keeps, and raises ValueError with one message (not a subclass: AutoGraph re-raises only ValueError itself
-# as such from a traced step). Why: see docs/design.md,
-# "Light state".
+# would otherwise fail half-way (a shape) or with a bare RestoreV2 error (a dtype), and Keras 3
+# and tf_keras, whose slot lists swallow a shape mismatch while they fill, would leave the slot
+# at zeros and report the restore as consumed. Every check below compares the saved (dtype,
+# shape) of each slot with the one this optimizer keeps and raises one ValueError (ValueError
+# itself: AutoGraph re-raises a subclass from a traced step as a StagingError). Why: see
+# docs/design.md, "Light state".
 
 # The slot lists of the Keras 3 and tf_keras optimizers, by the slot each holds.
 SLOT_LISTS = {"_momentums": "m", "_velocities": "v", "_accumulators": "accumulator"}
@@ -91,7 +92,7 @@ def _rowwise(layouts):
   return "v" in layouts and "m" in layouts and layouts["v"][1] != layouts["m"][1]
 
 
-def _options(optimizer, layouts):
+def _options(layouts):
   """The light options that give `layouts` ({slot: (dtype, shape)} of one variable), as text."""
   if "accumulator" in layouts:
     return f"accumulator_dtype={layouts['accumulator'][0]!r}"
@@ -111,9 +112,9 @@ def check_slot_layouts(optimizer, variable_name, saved, current):
           f"{_describe(slot, saved[slot], saved)}, and this {name} keeps it as "
           f"{_describe(slot, current[slot], current)}. To restore the checkpoint as it is, "
           f"construct the optimizer with the options it was written with: "
-          f"{name}({_options(optimizer, saved)}). To go on in this optimizer's layout, "
+          f"{name}({_options(saved)}). To go on in this optimizer's layout, "
           f"convert the checkpoint first: tf_opt_ops.convert_checkpoint(path, new_path, "
-          f"{_options(optimizer, current)}).")
+          f"{_options(current)}).")
 
 
 def saved_layout(position):
@@ -176,20 +177,15 @@ def check_restored_slot_lists(optimizer, slot_lists):
   if position is None:
     return
   saved = saved_slot_lists(_child_positions(position))
-  model_variables = list(getattr(optimizer, "_trainable_variables", None) or [])
   for index, saved_slots in sorted(saved.items()):
-    current = {}
+    current, slot_variable = {}, None
     for list_name, variables in slot_lists.items():
       if index < len(variables) and hasattr(variables[index], "shape"):
+        if slot_variable is None:
+          slot_variable = variables[index]
         current[SLOT_LISTS[list_name]] = _layout(variables[index].dtype, variables[index].shape)
-    if not current:
-      continue
-    if index < len(model_variables):
-      name = _variable_name(model_variables[index])
-    else:  # tf_keras keeps no list of its model variables: the slot's name says which
-      slot_list = next(v for v in slot_lists.values() if index < len(v))
-      name = f"the variable of slot variable {_variable_name(slot_list[index])}"
-    check_slot_layouts(optimizer, name, saved_slots, current)
+    if current:
+      check_slot_layouts(optimizer, _name_of(optimizer, index, slot_variable), saved_slots, current)
 
 
 def _restoring_position(trackable):
@@ -232,8 +228,8 @@ def check_slot_variable_position(optimizer, position, variable, current):
       continue
     for entry in entries:
       if entry.original_variable_node_id == original:
-        layout = saved_layout(type(position)(checkpoint=position.checkpoint,
-                                             proto_id=entry.slot_variable_node_id))
+        layout = saved_layout(
+            type(position)(checkpoint=position.checkpoint, proto_id=entry.slot_variable_node_id))
         if layout is not None:
           saved[entry.slot_name] = layout
     break
@@ -241,23 +237,37 @@ def check_slot_variable_position(optimizer, position, variable, current):
 
 
 def check_stored_slots(optimizer, store):
-  """Keras 3 files (`.keras`, `.weights.h5`; `load_own_variables`): the stored slots must have
-  the layout of `optimizer`'s, checked before any is assigned (Keras would cast a dtype and
-  fail on a shape half-way)."""
+  """Keras files (`.keras`, Keras 3's `.weights.h5`; `load_own_variables`): the stored slots
+  must have the layout of `optimizer`'s, checked before any is assigned (Keras would cast a
+  dtype and fail on a shape half-way)."""
   variables = list(optimizer.variables)
   if len(store.keys()) != len(variables):
     return  # Keras skips the state itself, with a warning
-  slots = {}
+  slots = {}  # id(slot variable) -> (slot, index in its list)
   for list_name, slot in SLOT_LISTS.items():
     for index, var in enumerate(getattr(optimizer, list_name, None) or []):
-      slots[id(var)] = (slot, index, var)
-  saved, current = {}, {}
+      slots[id(var)] = (slot, index)
+  saved, current, slot_variables = {}, {}, {}
   for k, var in enumerate(variables):
     if id(var) in slots:
-      slot, index, _ = slots[id(var)]
+      slot, index = slots[id(var)]
       value = store[str(k)]
-      saved.setdefault(index, {})[slot] = _layout(value.dtype, value.shape)
       current.setdefault(index, {})[slot] = _layout(var.dtype, var.shape)
+      try:
+        saved_dtype = tf.as_dtype(value.dtype)
+      except TypeError:  # tf_keras writes bfloat16 as two opaque bytes: only the shape tells
+        saved_dtype = var.dtype
+      saved.setdefault(index, {})[slot] = _layout(saved_dtype, value.shape)
+      slot_variables.setdefault(index, var)
   for index in sorted(saved):
-    name = _variable_name(getattr(optimizer, "_trainable_variables", [None] * (index + 1))[index])
-    check_slot_layouts(optimizer, name, saved[index], current[index])
+    check_slot_layouts(optimizer, _name_of(optimizer, index, slot_variables[index]), saved[index],
+                       current[index])
+
+
+def _name_of(optimizer, index, slot_variable):
+  """The name of the model variable of `optimizer`'s slots at `index` of its slot lists."""
+  model_variables = getattr(optimizer, "_trainable_variables", None) or []  # Keras 3
+  if index < len(model_variables):
+    return _variable_name(model_variables[index])
+  # tf_keras keeps no list of its model variables: the slot's name says which.
+  return f"the variable of slot variable {_variable_name(slot_variable)}"

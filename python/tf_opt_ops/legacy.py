@@ -62,8 +62,7 @@ class _LegacyMixin:
       # No longer a slot: not listed among the optimizer's weights either.
       self._weights[:] = [w for w in self._weights if w is not whole]
 
-  def _create_or_restore_slot_variable(self, slot_variable_position, slot_name, variable,
-                                       **kwargs):
+  def _create_or_restore_slot_variable(self, slot_variable_position, slot_name, variable, **kwargs):
     # A checkpoint's slots of `variable`, before any is created from it or restored.
     _restore_hints.check_slot_variable_position(self, slot_variable_position, variable,
                                                 self._slot_layouts(variable))

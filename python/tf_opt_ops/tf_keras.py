@@ -68,6 +68,10 @@ class _TfKerasMixin:
           self, {n: getattr(self, n) for n in _restore_hints.SLOT_LISTS if hasattr(self, n)})
     return super()._lookup_dependency(name, cached_dependencies)
 
+  def load_own_variables(self, store):
+    _restore_hints.check_stored_slots(self, store)
+    super().load_own_variables(store)
+
   def _create_or_restore_slot_variable(self, *args, **kwargs):
     # A TFA/Merlin (OptimizerV2) checkpoint: say which class restores it.
     with _restore_hints.name_the_legacy_class(self):
