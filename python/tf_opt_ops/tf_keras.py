@@ -62,10 +62,13 @@ class _TfKerasMixin:
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     # A checkpoint restored into the built optimizer: its slots, before any is read.
+    # (The slots of sharded variables are listed by shard here, joined in checkpoints: they are
+    # checked at their first step.)
     if (cached_dependencies is not None and name in _restore_hints.SLOT_LISTS and
         getattr(self, "_built", False)):
-      _restore_hints.check_restored_slot_lists(
-          self, {n: getattr(self, n) for n in _restore_hints.SLOT_LISTS if hasattr(self, n)})
+      slot_lists = {n: getattr(self, n) for n in _restore_hints.SLOT_LISTS if hasattr(self, n)}
+      if all(_core.sharded_container(v) is None for slots in slot_lists.values() for v in slots):
+        _restore_hints.check_restored_slot_lists(self, slot_lists)
     return super()._lookup_dependency(name, cached_dependencies)
 
   def load_own_variables(self, store):
