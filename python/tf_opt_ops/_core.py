@@ -19,6 +19,7 @@ import numbers
 import threading
 import zlib
 
+import numpy as np
 import tensorflow as tf
 
 from tf_opt_ops import _loader
@@ -126,6 +127,30 @@ _SLOT_DTYPES = ("bfloat16", "float16", "float32")
 _LIGHT_TABLE_DTYPES = (tf.float16, tf.bfloat16, tf.float32)
 
 
+def check_bool_option(name, value, none_means=None):
+  """`value` as a bool; ValueError naming option `name` unless it is a bool (or None where
+  `none_means` says what None does). A string such as "no" would otherwise count as True."""
+  if value is None and none_means is not None:
+    return None
+  if isinstance(value, (bool, np.bool_)):
+    return bool(value)
+  accepted = "True or False" + (f", or None ({none_means})" if none_means else "")
+  raise ValueError(f"{name} must be {accepted}, got {value!r} of type {type(value).__name__}.")
+
+
+def check_dtype_option(name, value):
+  """The dtype name `value` gives option `name` (None stays None); ValueError naming the option
+  and the accepted values unless it is one of _SLOT_DTYPES, by name or as a tf.DType."""
+  if value is None:
+    return None
+  if isinstance(value, tf.dtypes.DType) and value.name in _SLOT_DTYPES:
+    return value.name
+  if isinstance(value, str) and value in _SLOT_DTYPES:
+    return value
+  raise ValueError(f"{name} must be None (the variable's dtype) or one of "
+                   f"{', '.join(map(repr, _SLOT_DTYPES))} (a name or a tf.DType), got {value!r}.")
+
+
 class LightState:
   """How an optimizer keeps its state: LazyAdam's slots or ClippyAdagrad's accumulator (their
   dtype, v per row or per element, their rounding).
@@ -142,17 +167,12 @@ class LightState:
 
   def __init__(self, slot_dtype=None, rowwise_second_moment=False, stochastic_rounding=None, seed=0,
                min_rank=1, option="slot_dtype"):
-    if slot_dtype is not None:
-      name = tf.as_dtype(slot_dtype).name if not isinstance(slot_dtype, str) else slot_dtype
-      if name not in _SLOT_DTYPES:
-        raise ValueError(f"{option} must be None (the variable's dtype) or one of "
-                         f"{', '.join(map(repr, _SLOT_DTYPES))}, got {slot_dtype!r}.")
-      slot_dtype = name
-    if not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
+    self.slot_dtype = check_dtype_option(option, slot_dtype)
+    self.rowwise_second_moment = check_bool_option("rowwise_second_moment", rowwise_second_moment)
+    self.stochastic_rounding = check_bool_option("stochastic_rounding", stochastic_rounding,
+                                                 none_means="on for 16-bit slots")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
       raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}.")
-    self.slot_dtype = slot_dtype
-    self.rowwise_second_moment = bool(rowwise_second_moment)
-    self.stochastic_rounding = stochastic_rounding
     self.seed = int(seed)
     self.min_rank = min_rank  # 0 for Clippy's accumulator: its dense op takes scalars too
 
@@ -236,6 +256,14 @@ class LazyAdamMixin:
 
   def _light_config(self):
     return self._light_slots.config() if self._light_slots.enabled else {}
+
+  def _slot_layouts(self, var):
+    """{slot: (dtype name, shape)} of the slots this optimizer keeps for `var`."""
+    dtype = self._light_slots.slot_dtype_for(var).name
+    return {
+        "m": (dtype, tuple(tf.TensorShape(var.shape).as_list())),
+        "v": (dtype, tuple(self._light_slots.v_shape_for(var).as_list())),
+    }
 
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
@@ -437,6 +465,10 @@ class ClippyAdagradMixin:
                    use_standard_accumulator_update, accumulator_dtype=None,
                    stochastic_rounding=None, seed=0):
     """Checks and keeps every option but the learning rate (each base class keeps that)."""
+    export_clipping_factors = check_bool_option("export_clipping_factors", export_clipping_factors)
+    clip_accumulator_update = check_bool_option("clip_accumulator_update", clip_accumulator_update)
+    use_standard_accumulator_update = check_bool_option("use_standard_accumulator_update",
+                                                        use_standard_accumulator_update)
     _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
     self._light_accumulator = LightState(accumulator_dtype, False, stochastic_rounding, seed,
                                          min_rank=0, option="accumulator_dtype")
@@ -477,6 +509,13 @@ class ClippyAdagradMixin:
   def _accumulator_dtype(self, var):
     """The dtype of `var`'s accumulator (the variable's unless `accumulator_dtype` says)."""
     return self._light_accumulator.slot_dtype_for(var)
+
+  def _slot_layouts(self, var):
+    """{slot: (dtype name, shape)} of the slots this optimizer keeps for `var`."""
+    return {
+        "accumulator":
+            (self._accumulator_dtype(var).name, tuple(tf.TensorShape(var.shape).as_list()))
+    }
 
   def _light_accumulator_options(self, var, step):
     options = self._light_accumulator.op_options(var)

@@ -1,4 +1,5 @@
-"""Errors that name the class to use when a checkpoint meets the wrong Keras flavor.
+"""Errors that say what to do when a checkpoint meets the wrong optimizer: the class to use
+when it meets the wrong Keras flavor, the options when it holds another slot layout.
 
 TensorFlow Addons' and Merlin's `LazyAdam` are tf_keras legacy optimizers
 (OptimizerV2). Restoring their checkpoints into a tf_keras (not legacy) optimizer
@@ -9,6 +10,7 @@ docs/design.md, "Keras flavors and checkpoints".
 
 import contextlib
 import re
+import sys
 
 import tensorflow as tf
 
@@ -57,3 +59,215 @@ def name_the_slot_layout(optimizer):
         f"The checkpoint's optimizer state does not have the slot layout of this "
         f"{type(optimizer).__name__}: {key} was saved as {saved}, and this optimizer keeps it as "
         f"{want}. {_core.LAYOUT_ADVICE}") from e
+
+
+# ----------------------------------------------------------------------------- slot layouts
+#
+# A checkpoint keeps each slot in the dtype and shape of the optimizer that wrote it. Restoring
+# it into an optimizer of another layout must fail before anything is assigned: TensorFlow
+# would otherwise fail half-way (a shape) or with a bare RestoreV2 error (a dtype), and Keras 3
+# and tf_keras, whose slot lists swallow a shape mismatch while they fill, would leave the slot
+# at zeros and report the restore as consumed. Every check below compares the saved (dtype,
+# shape) of each slot with the one this optimizer keeps and raises one ValueError (ValueError
+# itself: AutoGraph re-raises a subclass from a traced step as a StagingError). Why: see
+# docs/design.md, "Light state".
+
+# The slot lists of the Keras 3 and tf_keras optimizers, by the slot each holds.
+SLOT_LISTS = {"_momentums": "m", "_velocities": "v", "_accumulators": "accumulator"}
+
+
+def _layout(dtype, shape):
+  return tf.as_dtype(dtype).name, tuple(tf.TensorShape(shape).as_list())
+
+
+def _describe(slot, layout, layouts):
+  dtype, shape = layout
+  text = f"{dtype}[{', '.join(map(str, shape))}]"
+  if slot == "v" and "m" in layouts:
+    text += " (one value per row)" if shape != layouts["m"][1] else " (per element)"
+  return text
+
+
+def _rowwise(layouts):
+  return "v" in layouts and "m" in layouts and layouts["v"][1] != layouts["m"][1]
+
+
+def _options(layouts):
+  """The light options that give `layouts` ({slot: (dtype, shape)} of one variable), as text."""
+  if "accumulator" in layouts:
+    return f"accumulator_dtype={layouts['accumulator'][0]!r}"
+  dtype = (layouts.get("m") or layouts["v"])[0]
+  return f"slot_dtype={dtype!r}, rowwise_second_moment={_rowwise(layouts)}"
+
+
+def check_slot_layouts(optimizer, variable_name, saved, current):
+  """Raises ValueError when `saved` and `current` ({slot: (dtype name, shape tuple)}, the
+  slots of one variable in the checkpoint and in `optimizer`) differ in any slot both have."""
+  for slot in sorted(set(saved) & set(current)):
+    if saved[slot] != current[slot]:
+      name = type(optimizer).__name__
+      raise ValueError(
+          f"The checkpoint's optimizer state does not have the slot layout of this {name} (no "
+          f"slot was restored): slot {slot!r} of {variable_name} was saved as "
+          f"{_describe(slot, saved[slot], saved)}, and this {name} keeps it as "
+          f"{_describe(slot, current[slot], current)}. To restore the checkpoint as it is, "
+          f"construct the optimizer with the options it was written with: "
+          f"{name}({_options(saved)}). To go on in this optimizer's layout, "
+          f"convert the checkpoint first: tf_opt_ops.convert_checkpoint(path, new_path, "
+          f"{_options(current)}).")
+
+
+def saved_layout(position):
+  """(dtype name, shape tuple) of the tensor saved at checkpoint `position`, or None."""
+  attributes = position.object_proto.attributes
+  if not attributes:
+    return None
+  key = attributes[0].checkpoint_key
+  coordinator = position.checkpoint
+  if key not in coordinator.dtype_map:
+    return None
+  return _layout(coordinator.dtype_map[key], coordinator.shape_map[key])
+
+
+def _child_positions(position):
+  """{local name: CheckpointPosition} of the children of `position`'s object."""
+  return {
+      child.local_name: type(position)(checkpoint=position.checkpoint, proto_id=child.node_id)
+      for child in position.object_proto.children
+  }
+
+
+def saved_slot_lists(positions_by_list):
+  """{index: {slot: (dtype, shape)}} of the slot lists at `positions_by_list` ({list name:
+  CheckpointPosition}; lists not in SLOT_LISTS are left out)."""
+  saved = {}
+  for list_name, position in positions_by_list.items():
+    if list_name not in SLOT_LISTS:
+      continue
+    for index, child in _child_positions(position).items():
+      layout = saved_layout(child)
+      if layout is not None and index.isdigit():
+        saved.setdefault(int(index), {})[SLOT_LISTS[list_name]] = layout
+  return saved
+
+
+def check_deferred_slot_lists(optimizer, var_list, current_layouts):
+  """Before a Keras 3 / tf_keras optimizer builds its slots: a checkpoint restored before (its
+  slot lists wait in `_deferred_dependencies`) must have the layout `current_layouts(var)`
+  ({slot: (dtype, shape)}) gives each of `var_list`, the lists' order."""
+  deferred = {
+      name: positions[-1]
+      for name, positions in optimizer._deferred_dependencies.items()  # pylint: disable=protected-access
+      if name in SLOT_LISTS and positions
+  }
+  if not deferred:
+    return
+  var_list = list(var_list)
+  for index, saved in sorted(saved_slot_lists(deferred).items()):
+    if index < len(var_list):
+      var = var_list[index]
+      check_slot_layouts(optimizer, _variable_name(var), saved, current_layouts(var))
+
+
+def check_restored_slot_lists(optimizer, slot_lists):
+  """While a checkpoint is restored into a built Keras 3 / tf_keras `optimizer` (called from its
+  `_lookup_dependency`): the saved slot lists must have the layout of `slot_lists` ({list name:
+  the optimizer's list of slot variables}), checked before TensorFlow reads or assigns any."""
+  position = _restoring_position(optimizer)
+  if position is None:
+    return
+  saved = saved_slot_lists(_child_positions(position))
+  for index, saved_slots in sorted(saved.items()):
+    current, slot_variable = {}, None
+    for list_name, variables in slot_lists.items():
+      if index < len(variables) and hasattr(variables[index], "shape"):
+        if slot_variable is None:
+          slot_variable = variables[index]
+        current[SLOT_LISTS[list_name]] = _layout(variables[index].dtype, variables[index].shape)
+    if current:
+      check_slot_layouts(optimizer, _name_of(optimizer, index, slot_variable), saved_slots, current)
+
+
+def _restoring_position(trackable):
+  """The CheckpointPosition of `trackable` in the restore now looking up its children, or None.
+
+  TensorFlow gives a trackable no view of the checkpoint while it restores the trackable's
+  children, only their names (`_lookup_dependency`); the position, which holds every saved
+  tensor's dtype and shape, is a local of the restore's frame that asks. Without it (a
+  TensorFlow that names it otherwise) the check is left to the restore's own errors.
+  """
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  for _ in range(6):
+    if frame is None:
+      return None
+    position = frame.f_locals.get("checkpoint_position")
+    if (position is not None and hasattr(position, "object_proto") and
+        getattr(position, "trackable", None) is trackable):
+      return position
+    frame = frame.f_back
+  return None
+
+
+def _variable_name(var):
+  name = getattr(var, "path", None) or getattr(var, "name", None) or repr(var)
+  return repr(str(name).split(":")[0])
+
+
+def check_slot_variable_position(optimizer, position, variable, current):
+  """OptimizerV2 (`_create_or_restore_slot_variable`): the saved slots of `variable` (found
+  from its slot at checkpoint `position`) must have the layout `current` ({slot: (dtype,
+  shape)}) says."""
+  graph = position.checkpoint.object_graph_proto
+  saved = {}
+  for node in graph.nodes:
+    entries = list(node.slot_variables)
+    original = next((s.original_variable_node_id
+                     for s in entries
+                     if s.slot_variable_node_id == position.proto_id), None)
+    if original is None:
+      continue
+    for entry in entries:
+      if entry.original_variable_node_id == original:
+        layout = saved_layout(
+            type(position)(checkpoint=position.checkpoint, proto_id=entry.slot_variable_node_id))
+        if layout is not None:
+          saved[entry.slot_name] = layout
+    break
+  check_slot_layouts(optimizer, _variable_name(variable), saved, current)
+
+
+def check_stored_slots(optimizer, store):
+  """Keras files (`.keras`, Keras 3's `.weights.h5`; `load_own_variables`): the stored slots
+  must have the layout of `optimizer`'s, checked before any is assigned (Keras would cast a
+  dtype and fail on a shape half-way)."""
+  variables = list(optimizer.variables)
+  if len(store.keys()) != len(variables):
+    return  # Keras skips the state itself, with a warning
+  slots = {}  # id(slot variable) -> (slot, index in its list)
+  for list_name, slot in SLOT_LISTS.items():
+    for index, var in enumerate(getattr(optimizer, list_name, None) or []):
+      slots[id(var)] = (slot, index)
+  saved, current, slot_variables = {}, {}, {}
+  for k, var in enumerate(variables):
+    if id(var) in slots:
+      slot, index = slots[id(var)]
+      value = store[str(k)]
+      current.setdefault(index, {})[slot] = _layout(var.dtype, var.shape)
+      try:
+        saved_dtype = tf.as_dtype(value.dtype)
+      except TypeError:  # tf_keras writes bfloat16 as two opaque bytes: only the shape tells
+        saved_dtype = var.dtype
+      saved.setdefault(index, {})[slot] = _layout(saved_dtype, value.shape)
+      slot_variables.setdefault(index, var)
+  for index in sorted(saved):
+    check_slot_layouts(optimizer, _name_of(optimizer, index, slot_variables[index]), saved[index],
+                       current[index])
+
+
+def _name_of(optimizer, index, slot_variable):
+  """The name of the model variable of `optimizer`'s slots at `index` of its slot lists."""
+  model_variables = getattr(optimizer, "_trainable_variables", None) or []  # Keras 3
+  if index < len(model_variables):
+    return _variable_name(model_variables[index])
+  # tf_keras keeps no list of its model variables: the slot's name says which.
+  return f"the variable of slot variable {_variable_name(slot_variable)}"

@@ -60,6 +60,22 @@ class _Keras3Mixin:
       ]
     return super().apply(grads, trainable_variables)
 
+  def _check_restored_slots(self, var_list):
+    """Before building: a checkpoint restored already holds slots of this optimizer's layout."""
+    if not self.built:
+      _restore_hints.check_deferred_slot_lists(self, var_list, self._slot_layouts)
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    # A checkpoint restored into the built optimizer: its slots, before any is read.
+    if cached_dependencies is not None and name in _restore_hints.SLOT_LISTS and self.built:
+      _restore_hints.check_restored_slot_lists(
+          self, {n: getattr(self, n) for n in _restore_hints.SLOT_LISTS if hasattr(self, n)})
+    return super()._lookup_dependency(name, cached_dependencies)
+
+  def load_own_variables(self, store):
+    _restore_hints.check_stored_slots(self, store)
+    super().load_own_variables(store)
+
   def _apply_weight_decay(self, variables):
     # A zero weight decay would rewrite every row of every table each step.
     if _core.is_zero(self.weight_decay):
@@ -92,6 +108,7 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
     self._init_light_slots(light_slots)
 
   def build(self, var_list):
+    self._check_restored_slots(var_list)
     with _restore_hints.name_the_slot_layout(self):
       self._build_state(var_list)
 
@@ -149,6 +166,7 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
   def build(self, var_list):
     if self.built:
       return
+    self._check_restored_slots(var_list)
     super().build(var_list)
     accumulators, clipping_factors = [], []
     initializer = keras.initializers.Constant(self.initial_accumulator_value)

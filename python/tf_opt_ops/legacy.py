@@ -19,6 +19,7 @@ import tensorflow as tf
 from tf_opt_ops import _core
 from tf_opt_ops import _keras2
 from tf_opt_ops import _registry
+from tf_opt_ops import _restore_hints
 from tf_opt_ops import _tf_private
 from tf_opt_ops._op_inputs import scalar_dtype
 from tf_opt_ops.routers.legacy import CompositeOptimizer
@@ -69,6 +70,13 @@ class _LegacyMixin:
         self.get_slot(container, slot_name).assign(whole.read_value())
       # No longer a slot: not listed among the optimizer's weights either.
       self._weights[:] = [w for w in self._weights if w is not whole]
+
+  def _create_or_restore_slot_variable(self, slot_variable_position, slot_name, variable, **kwargs):
+    # A checkpoint's slots of `variable`, before any is created from it or restored.
+    _restore_hints.check_slot_variable_position(self, slot_variable_position, variable,
+                                                self._slot_layouts(variable))
+    return super()._create_or_restore_slot_variable(slot_variable_position, slot_name, variable,
+                                                    **kwargs)
 
   def _slot_dtype(self, var, slot_name):
     """The dtype light state gives `var`'s slot `slot_name`, or None (the variable's)."""

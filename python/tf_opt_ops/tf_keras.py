@@ -52,6 +52,29 @@ class _TfKerasMixin:
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
 
+  def _check_restored_slots(self, var_list):
+    """Before building: a checkpoint restored already holds slots of this optimizer's layout
+    (the slots of sharded variables are listed joined, and checked at their first step)."""
+    var_list = list(var_list)
+    if not getattr(self, "_built", False) and all(
+        _core.sharded_container(v) is None for v in var_list):
+      _restore_hints.check_deferred_slot_lists(self, var_list, self._slot_layouts)
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    # A checkpoint restored into the built optimizer: its slots, before any is read.
+    # (The slots of sharded variables are listed by shard here, joined in checkpoints: they are
+    # checked at their first step.)
+    if (cached_dependencies is not None and name in _restore_hints.SLOT_LISTS and
+        getattr(self, "_built", False)):
+      slot_lists = {n: getattr(self, n) for n in _restore_hints.SLOT_LISTS if hasattr(self, n)}
+      if all(_core.sharded_container(v) is None for slots in slot_lists.values() for v in slots):
+        _restore_hints.check_restored_slot_lists(self, slot_lists)
+    return super()._lookup_dependency(name, cached_dependencies)
+
+  def load_own_variables(self, store):
+    _restore_hints.check_stored_slots(self, store)
+    super().load_own_variables(store)
+
   def _create_or_restore_slot_variable(self, *args, **kwargs):
     # A TFA/Merlin (OptimizerV2) checkpoint: say which class restores it.
     with _restore_hints.name_the_legacy_class(self):
@@ -176,6 +199,7 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
     self._init_light_slots(light_slots)
 
   def build(self, var_list):
+    self._check_restored_slots(var_list)
     with self._restoring_into_shards(var_list), _restore_hints.name_the_slot_layout(self):
       if not self._light_slots.enabled:
         return super().build(var_list)
@@ -237,6 +261,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
     self.clipping_factors = []
 
   def build(self, var_list):
+    self._check_restored_slots(var_list)
     with self._restoring_into_shards(var_list):
       self._build_state(var_list)
 
