@@ -29,6 +29,12 @@ def own_trainable_variables(layer):
   return list(layer._trainable_variables)
 
 
+def optimizer_model_variables(optimizer):
+  """The model variables a built Keras 3 optimizer keeps state for, in its slot lists' order
+  (none for another Keras' optimizer)."""
+  return list(getattr(optimizer, "_trainable_variables", None) or [])
+
+
 def direct_sublayers(layer):
   """The layers `layer` tracks directly (one level down)."""
   return list(layer._flatten_layers(include_self=False, recursive=False))

@@ -10,11 +10,12 @@ docs/design.md, "Keras flavors and checkpoints".
 
 import contextlib
 import re
-import sys
 
 import tensorflow as tf
 
 from tf_opt_ops import _core
+from tf_opt_ops import _keras2
+from tf_opt_ops import _tf_private
 
 # What tf_keras' new Optimizer says when a checkpoint holds OptimizerV2 slots
 # ("... from a legacy TF-Keras optimizer into a v2.11+ Optimizer"; keras 2.15,
@@ -119,22 +120,8 @@ def check_slot_layouts(optimizer, variable_name, saved, current):
 
 def saved_layout(position):
   """(dtype name, shape tuple) of the tensor saved at checkpoint `position`, or None."""
-  attributes = position.object_proto.attributes
-  if not attributes:
-    return None
-  key = attributes[0].checkpoint_key
-  coordinator = position.checkpoint
-  if key not in coordinator.dtype_map:
-    return None
-  return _layout(coordinator.dtype_map[key], coordinator.shape_map[key])
-
-
-def _child_positions(position):
-  """{local name: CheckpointPosition} of the children of `position`'s object."""
-  return {
-      child.local_name: type(position)(checkpoint=position.checkpoint, proto_id=child.node_id)
-      for child in position.object_proto.children
-  }
+  saved = _tf_private.saved_tensor_dtype_and_shape(position)
+  return None if saved is None else _layout(*saved)
 
 
 def saved_slot_lists(positions_by_list):
@@ -144,7 +131,7 @@ def saved_slot_lists(positions_by_list):
   for list_name, position in positions_by_list.items():
     if list_name not in SLOT_LISTS:
       continue
-    for index, child in _child_positions(position).items():
+    for index, child in _tf_private.child_positions(position).items():
       layout = saved_layout(child)
       if layout is not None and index.isdigit():
         saved.setdefault(int(index), {})[SLOT_LISTS[list_name]] = layout
@@ -157,7 +144,7 @@ def check_deferred_slot_lists(optimizer, var_list, current_layouts):
   ({slot: (dtype, shape)}) gives each of `var_list`, the lists' order."""
   deferred = {
       name: positions[-1]
-      for name, positions in optimizer._deferred_dependencies.items()  # pylint: disable=protected-access
+      for name, positions in _tf_private.deferred_dependencies(optimizer).items()
       if name in SLOT_LISTS and positions
   }
   if not deferred:
@@ -173,10 +160,10 @@ def check_restored_slot_lists(optimizer, slot_lists):
   """While a checkpoint is restored into a built Keras 3 / tf_keras `optimizer` (called from its
   `_lookup_dependency`): the saved slot lists must have the layout of `slot_lists` ({list name:
   the optimizer's list of slot variables}), checked before TensorFlow reads or assigns any."""
-  position = _restoring_position(optimizer)
+  position = _tf_private.restoring_position(optimizer)
   if position is None:
     return
-  saved = saved_slot_lists(_child_positions(position))
+  saved = saved_slot_lists(_tf_private.child_positions(position))
   for index, saved_slots in sorted(saved.items()):
     current, slot_variable = {}, None
     for list_name, variables in slot_lists.items():
@@ -186,26 +173,6 @@ def check_restored_slot_lists(optimizer, slot_lists):
         current[SLOT_LISTS[list_name]] = _layout(variables[index].dtype, variables[index].shape)
     if current:
       check_slot_layouts(optimizer, _name_of(optimizer, index, slot_variable), saved_slots, current)
-
-
-def _restoring_position(trackable):
-  """The CheckpointPosition of `trackable` in the restore now looking up its children, or None.
-
-  TensorFlow gives a trackable no view of the checkpoint while it restores the trackable's
-  children, only their names (`_lookup_dependency`); the position, which holds every saved
-  tensor's dtype and shape, is a local of the restore's frame that asks. Without it (a
-  TensorFlow that names it otherwise) the check is left to the restore's own errors.
-  """
-  frame = sys._getframe(1)  # pylint: disable=protected-access
-  for _ in range(6):
-    if frame is None:
-      return None
-    position = frame.f_locals.get("checkpoint_position")
-    if (position is not None and hasattr(position, "object_proto") and
-        getattr(position, "trackable", None) is trackable):
-      return position
-    frame = frame.f_back
-  return None
 
 
 def _variable_name(var):
@@ -264,9 +231,16 @@ def check_stored_slots(optimizer, store):
                        current[index])
 
 
+def _keras3_model_variables(optimizer):
+  if not _keras2.has_keras3():
+    return []
+  from tf_opt_ops import _keras3  # Keras 3 only where there is one (TensorFlow 2.16+)
+  return _keras3.optimizer_model_variables(optimizer)
+
+
 def _name_of(optimizer, index, slot_variable):
   """The name of the model variable of `optimizer`'s slots at `index` of its slot lists."""
-  model_variables = getattr(optimizer, "_trainable_variables", None) or []  # Keras 3
+  model_variables = _keras3_model_variables(optimizer)
   if index < len(model_variables):
     return _variable_name(model_variables[index])
   # tf_keras keeps no list of its model variables: the slot's name says which.

@@ -8,6 +8,8 @@ TensorFlow release that moves one breaks this module alone, and tests/packaging/
 test_private_apis.py keeps other modules from reaching them.
 """
 
+import sys
+
 import tensorflow as tf
 from tensorflow.core.framework import op_def_pb2
 from tensorflow.python.client import pywrap_tf_session
@@ -82,3 +84,53 @@ def sharded_container(variable):
   """The `ShardedVariable` `variable` is a shard of, or None."""
   container = getattr(variable, "_sharded_container", None)
   return container() if container is not None else None
+
+
+# ------------------------------------------------------------------ checkpoint restores
+# A trackable sees nothing of the checkpoint while TensorFlow restores its children (only their
+# names, through `_lookup_dependency`), yet the saved slots' dtypes and shapes must be checked
+# before TensorFlow assigns any (docs/design.md, "Light state").
+
+
+def deferred_dependencies(trackable):
+  """{child name: [CheckpointPosition]} restored into `trackable` before the child existed."""
+  return dict(getattr(trackable, "_deferred_dependencies", None) or {})
+
+
+def child_positions(position):
+  """{local name: CheckpointPosition} of the children of `position`'s object."""
+  return {
+      child.local_name: type(position)(checkpoint=position.checkpoint, proto_id=child.node_id)
+      for child in position.object_proto.children
+  }
+
+
+def saved_tensor_dtype_and_shape(position):
+  """(dtype, shape) of the tensor saved at checkpoint `position`, or None when it has none."""
+  attributes = position.object_proto.attributes
+  if not attributes:
+    return None
+  key = attributes[0].checkpoint_key
+  coordinator = position.checkpoint
+  if key not in coordinator.dtype_map:
+    return None
+  return coordinator.dtype_map[key], coordinator.shape_map[key]
+
+
+def restoring_position(trackable):
+  """The CheckpointPosition of `trackable` in the restore now looking up its children, or None.
+
+  The position is a local (`checkpoint_position`) of the restore's frame that asks; a
+  TensorFlow that names it otherwise gets None, and the check is left to the restore's own
+  errors and to the check at the first step.
+  """
+  frame = sys._getframe(1)
+  for _ in range(6):
+    if frame is None:
+      return None
+    position = frame.f_locals.get("checkpoint_position")
+    if (position is not None and hasattr(position, "object_proto") and
+        getattr(position, "trackable", None) is trackable):
+      return position
+    frame = frame.f_back
+  return None
