@@ -20,6 +20,10 @@ FBGEMM's CPU backward has two paths for float32 tables (docs/rowwise_adagrad.md)
 for a table of its own, which ignores weight decay, and a generic loop, which applies it and
 runs for a table that several features share. The weight-decay modes are checked on the
 generic path: the table is shared by two features, the second of which looks up nothing.
+
+The last test backs the checkpoint conversion of a full Adagrad accumulator (its row mean):
+FBGEMM's full Adagrad trains on the same gradients, and its accumulator's row means must be our
+row-wise accumulator.
 """
 
 import numpy as np
@@ -180,3 +184,32 @@ def test_float16_table(reference, weight_decay_mode):
                                       weight_decay=WEIGHT_DECAY, shared=False)
   report(f"float16, {weight_decay_mode}, dim 24", table_diff, accum_diff)
   assert max(table_diff) <= RTOL["float16"] and max(accum_diff) <= RTOL["float32"]
+
+
+@pytest.mark.parametrize("initial_accumulator", [0.0, INITIAL_ACCUMULATOR])
+def test_row_mean_of_full_adagrad_accumulator_is_rowwise_accumulator(reference,
+                                                                     initial_accumulator):
+  """Why converting a full Adagrad accumulator to a row-wise one takes its row mean: from the
+  same first value and the same gradients, the mean of each row of FBGEMM's full Adagrad
+  (EXACT_ADAGRAD) accumulator is our row-wise accumulator."""
+  dim = 24
+  table = np.random.default_rng(7).uniform(-1.0, 1.0, (ROWS, dim)).astype(np.float32)
+  tbe = SplitTableBatchedEmbeddingBagsCodegen(
+      [(ROWS, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)], optimizer=OptimType.EXACT_ADAGRAD,
+      learning_rate=LR, eps=EPSILON, pooling_mode=PoolingMode.SUM, device="cpu")
+  full = tbe.split_optimizer_states()[0][0]
+  assert tuple(full.shape) == (ROWS, dim)
+  with torch.no_grad():
+    tbe.split_embedding_weights()[0].copy_(torch.from_numpy(table))
+    full.fill_(initial_accumulator)
+  ours_table, ours_accum = table, np.full(ROWS, initial_accumulator, np.float32)
+  for indices, grad in batches(dim, seed=3):
+    pooled = tbe(torch.from_numpy(indices), torch.arange(len(indices) + 1, dtype=torch.int64))
+    pooled.backward(torch.from_numpy(grad))
+    ours_table, ours_accum = reference.sparse_rowwise_adagrad(ours_table, ours_accum, grad, indices,
+                                                              "float32", lr=LR, epsilon=EPSILON)
+  row_means = tbe.split_optimizer_states()[0][0].detach().numpy().astype(np.float64).mean(axis=1)
+  difference = relative_difference(ours_accum, row_means)
+  print(f"\nfull Adagrad's row means vs our row-wise accumulator, from {initial_accumulator}: "
+        f"max relative difference {difference:.3g}")
+  assert difference <= RTOL["float32"]
