@@ -10,7 +10,8 @@ PKG := python/tf_opt_ops
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 BAZEL_TARGETS := //tf_opt_ops:_tf_opt_ops.so //tf_opt_ops:build_info //tf_opt_ops:_tf_opt_ops_xla.so
 
-.PHONY: deps bazel venv configure build wheel wheel-all matrix peer-tests test test-fast bench \
+.PHONY: deps bazel venv configure build wheel wheel-all matrix peer-tests fbgemm-tests test \
+	test-fast bench \
 	demo clean gpu-check-build gpu-check format lint clang-format cuda-toolchain
 
 # The CUDA toolchain ("CUDA toolchain" below) on x86_64, the platform of the wheels it is
@@ -85,8 +86,15 @@ matrix:
 # do not import under TF 2.21 by themselves: $TF_OPT_OPS_PEERS_DIR (default /work/shared/peers)
 # holds install.sh and peer_shim.py for that. tools/peer_tests.sh makes .venvs/peers once
 # (requirements-dev.txt, then install.sh) and runs the suite there on the built source tree.
-peer-tests: build
+# FBGEMM's own CPU optimizers judge our references too (fbgemm-tests).
+peer-tests: build fbgemm-tests
 	tools/peer_tests.sh
+
+# FBGEMM's CPU table-batched embedding (PyTorch's CPU build, fbgemm-gpu-cpu) against our NumPy
+# references (tests/fbgemm/): no TensorFlow, no build. tools/fbgemm_venv.sh makes .venvs/fbgemm
+# once (tests/fbgemm/requirements.txt).
+fbgemm-tests:
+	"$$(tools/fbgemm_venv.sh)" -m pytest tests/fbgemm -q -ra -s -p no:cacheprovider
 
 # Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
 # and runs ruff (ruff.toml). CI runs `make lint`.

@@ -2,8 +2,10 @@
 
 The formulas are stated once, in the op registration docs of
 `tf_opt_ops/lazy_adam_ops.cc` and `tf_opt_ops/clippy_adagrad_ops.cc`; see also
-docs/design.md, "The math". Each function here mirrors the per-element code of
-`tf_opt_ops/optimizer_math.h` operation for operation, in the compute type
+docs/design.md, "The math"; `sparse_rowwise_adagrad` states FBGEMM's exact
+row-wise Adagrad (docs/rowwise_adagrad.md), which its op is to be held to. Each
+function here mirrors the per-element code of `tf_opt_ops/optimizer_math.h`
+operation for operation, in the compute type
 (float32 for every storage type but float64), rounding only when storing, and
 sums duplicate gradient rows in input order, as the CPU and GPU kernels do. So
 for float32 and float64 the kernels are expected to match these bit for bit (the
@@ -181,16 +183,17 @@ MEAN_LANES = 32
 
 
 def row_mean_square(g):
-  """RowMeanSquare of each row of float32 `g` [rows, n]: 32 lanes, then their butterfly."""
+  """RowMeanSquare of each row of `g` [rows, n] in its compute type (float32 or float64): 32
+  lanes, then their butterfly."""
   rows, n = g.shape
-  lanes = np.zeros((rows, MEAN_LANES), np.float32)
+  lanes = np.zeros((rows, MEAN_LANES), g.dtype)
   for j in range(n):
     lanes[:, j % MEAN_LANES] = lanes[:, j % MEAN_LANES] + g[:, j] * g[:, j]
   offset = MEAN_LANES // 2
   while offset > 0:
     lanes = lanes + lanes[:, np.arange(MEAN_LANES) ^ offset]
     offset //= 2
-  return lanes[:, 0] / np.float32(n)
+  return lanes[:, 0] / g.dtype.type(n)
 
 
 def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon, beta1_power,
@@ -311,3 +314,60 @@ def sparse_clippy_adagrad(var, accum, grad, indices, dtype, **hyper):
   var2[rows] = store(new_var, dtype)
   accum2[rows] = new_accum
   return var, accum, scale
+
+
+# ------------------------------------------------------------ row-wise Adagrad
+WEIGHT_DECAY_MODES = ("none", "l2", "decoupled")
+
+
+def sparse_rowwise_adagrad(var, accum, grad, indices, dtype, *, lr, epsilon=1e-8, weight_decay=0.0,
+                           weight_decay_mode="none", accumulator_dtype=None):
+  """New (var, accum): FBGEMM's exact row-wise Adagrad on the distinct rows of `indices` only.
+
+  `accum` holds one value per row of `var` ([rows]), stored as `accumulator_dtype` (default:
+  the compute type, float32, or float64 for a float64 table). Per touched row r, with g_r its
+  gradient rows summed in input order (docs/rowwise_adagrad.md has FBGEMM's order):
+
+    h = g_r + weight_decay * w_r      ("l2"; g_r otherwise)
+    a_r = a_r + mean_j(h_j^2)         (row_mean_square's 32 lanes)
+    multiplier = lr / (sqrt(a_r) + epsilon)
+    correction = 1 - multiplier * weight_decay   ("l2")
+               = 1 - lr * weight_decay           ("decoupled")
+               = 1                               ("none")
+    w_r = correction * w_r - g_r * multiplier
+
+  `weight_decay_mode` "none", "l2" and "decoupled" are FBGEMM's WeightDecayMode NONE (0), L2
+  (1) and DECOUPLE (2). The accumulator's first value (Keras' initial_accumulator_value) is
+  whatever `accum` holds.
+  """
+  if weight_decay_mode not in WEIGHT_DECAY_MODES:
+    raise ValueError(f"weight_decay_mode must be one of {WEIGHT_DECAY_MODES}, got "
+                     f"{weight_decay_mode!r}")
+  C = compute_type(dtype)
+  accumulator_dtype = accumulator_dtype or np.dtype(C).name
+  var, accum = _stored_copy(var), _stored_copy(accum)
+  dim = var.size // var.shape[0] if var.shape[0] else 0
+  var2, accum1 = var.reshape(-1, dim), accum.reshape(-1)
+  if accum1.shape[0] != var2.shape[0]:
+    raise ValueError(f"accum must hold one value per row of var ({var2.shape[0]}), got shape "
+                     f"{accum.shape}")
+  rows, g = summed_rows(grad, indices, dtype)
+  lr, epsilon, weight_decay, one = C(lr), C(epsilon), C(weight_decay), C(1)
+  w = load(var2[rows], dtype)
+  h = g + weight_decay * w if weight_decay_mode == "l2" else g
+  a = load(accum1[rows], accumulator_dtype) + row_mean_square(h)
+  accum1[rows] = store(a, accumulator_dtype)
+  multiplier = (lr / (np.sqrt(a) + epsilon))[:, None]
+  if weight_decay_mode == "l2":
+    correction = one - multiplier * weight_decay
+  elif weight_decay_mode == "decoupled":
+    correction = one - lr * weight_decay
+  else:
+    correction = one
+  var2[rows] = store(correction * w - g * multiplier, dtype)
+  return var, accum
+
+
+def rowwise_adagrad(var, accum, grad, dtype, **hyper):
+  """Dense row-wise Adagrad: every row touched, `grad` shaped like `var`: (new var, new accum)."""
+  return sparse_rowwise_adagrad(var, accum, grad, np.arange(np.shape(var)[0]), dtype, **hyper)
