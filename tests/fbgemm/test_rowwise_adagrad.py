@@ -29,13 +29,12 @@ row-wise accumulator.
 import numpy as np
 import pytest
 import torch
+from fbgemm_gpu import split_table_batched_embeddings_ops_training as tbe_training
 from fbgemm_gpu.split_embedding_configs import EmbOptimType as OptimType
 from fbgemm_gpu.split_embedding_configs import SparseType
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import ComputeDevice
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
-from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-    SplitTableBatchedEmbeddingBagsCodegen)
 from fbgemm_gpu.tbe.config.optimizer_config import WeightDecayMode
 
 ROWS, BATCH, STEPS = 48, 40, 10
@@ -69,7 +68,7 @@ class FbgemmTable:
   def __init__(self, table, accum, *, weight_decay_mode, weight_decay, dtype, shared):
     rows, self.dim = table.shape
     self.features = 2 if shared else 1
-    self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
+    self.tbe = tbe_training.SplitTableBatchedEmbeddingBagsCodegen(
         [(rows, self.dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
         feature_table_map=[0] * self.features, optimizer=OptimType.EXACT_ROWWISE_ADAGRAD,
         learning_rate=LR, eps=EPSILON, weight_decay=weight_decay,
@@ -194,7 +193,7 @@ def test_row_mean_of_full_adagrad_accumulator_is_rowwise_accumulator(reference,
   (EXACT_ADAGRAD) accumulator is our row-wise accumulator."""
   dim = 24
   table = np.random.default_rng(7).uniform(-1.0, 1.0, (ROWS, dim)).astype(np.float32)
-  tbe = SplitTableBatchedEmbeddingBagsCodegen(
+  tbe = tbe_training.SplitTableBatchedEmbeddingBagsCodegen(
       [(ROWS, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)], optimizer=OptimType.EXACT_ADAGRAD,
       learning_rate=LR, eps=EPSILON, pooling_mode=PoolingMode.SUM, device="cpu")
   full = tbe.split_optimizer_states()[0][0]
