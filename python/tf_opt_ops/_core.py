@@ -120,6 +120,51 @@ def _split_gradient(var, grad, indices):
   return tf.cast(grad, dtype), indices, dtype
 
 
+# ----------------------------------------------------------------------------- Keras features
+# The base classes' features with sparse gradients kept
+# sparse: the numbers of the base class's own code, on the rows a gradient names only. Why:
+# see docs/optimizers.md, "Keras features at sparse cost".
+
+
+def has_sparse(grads):
+  return any(isinstance(g, tf.IndexedSlices) for g in grads)
+
+
+def _common_dtype(tensors):
+  """The dtype Keras 3's `ops.stack` gives `tensors`: theirs if one, else the widest float."""
+  dtypes = {tf.as_dtype(t.dtype) for t in tensors}
+  if len(dtypes) == 1:
+    return dtypes.pop()
+  return tf.float64 if tf.float64 in dtypes else tf.float32
+
+
+def clip_by_global_norm(grads, clip_norm):
+  """Keras 3's `clip_by_global_norm`, an `IndexedSlices` kept one with its rows scaled.
+
+  The norm is Keras 3's: the sum of each gradient's squared values (a slice's
+  values with duplicate rows not summed, as Keras 3 squares them before it
+  densifies), and so is the scale (NaN for a non-finite norm). Keras 3 then
+  densifies the slices, a pass over every row of every table.
+  """
+  present = [g for g in grads if g is not None]
+  squared = [
+      tf.reduce_sum(tf.square(g.values if isinstance(g, tf.IndexedSlices) else g)) for g in present
+  ]
+  dtype = _common_dtype(squared)
+  norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.cast(s, dtype) for s in squared])))
+  scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
+  scale = scale + (norm - norm)  # NaN where the norm is inf or NaN
+  return [None if g is None else scaled(g, scale) for g in grads]
+
+
+def scaled(grad, scale):
+  """`grad * scale`, an `IndexedSlices` kept one (its values scaled)."""
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype), grad.indices,
+                            grad.dense_shape)
+  return grad * tf.cast(scale, grad.dtype)
+
+
 # ----------------------------------------------------------------------------- Lazy Adam
 
 _SLOT_DTYPES = ("bfloat16", "float16", "float32")

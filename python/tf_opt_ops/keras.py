@@ -60,6 +60,13 @@ class _Keras3Mixin:
       ]
     return super().apply(grads, trainable_variables)
 
+  def _clip_gradients(self, grads):
+    # Keras 3 densifies sparse gradients to clip them by their global norm (its clipnorm and
+    # clipvalue keep them sparse).
+    if self.global_clipnorm and self.global_clipnorm > 0 and _core.has_sparse(grads):
+      return _core.clip_by_global_norm(grads, self.global_clipnorm)
+    return super()._clip_gradients(grads)
+
   def _apply_weight_decay(self, variables):
     # A zero weight decay would rewrite every row of every table each step.
     if _core.is_zero(self.weight_decay):
