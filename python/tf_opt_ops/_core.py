@@ -121,13 +121,26 @@ def _split_gradient(var, grad, indices):
 
 
 # ----------------------------------------------------------------------------- Keras features
-# The base classes' features with sparse gradients kept
+# The base classes' gradient features (clipping, accumulation) with sparse gradients kept
 # sparse: the numbers of the base class's own code, on the rows a gradient names only. Why:
 # see docs/optimizers.md, "Keras features at sparse cost".
 
 
 def has_sparse(grads):
   return any(isinstance(g, tf.IndexedSlices) for g in grads)
+
+
+def dense_feature(what, reason):
+  """True (with a warning logged once, naming the cost) where feature `what` cannot keep sparse
+  gradients sparse: the base class's dense code runs."""
+  with _log_lock:
+    if what in _logged:
+      return True
+    _logged.add(what)
+  tf.get_logger().warning(
+      "tf_opt_ops: %s runs densely here (%s): every step reads and writes every row of each "
+      "table, as the stock optimizer does.", what, reason)
+  return True
 
 
 def _common_dtype(tensors):
@@ -163,6 +176,38 @@ def scaled(grad, scale):
     return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype), grad.indices,
                             grad.dense_shape)
   return grad * tf.cast(scale, grad.dtype)
+
+
+def accumulate_rows(accumulator, touched, grad):
+  """Adds sparse `grad` into `accumulator` on its rows and marks them in `touched` ([rows]
+  int32, 1 for a row some micro-step of the window named)."""
+  values = tf.cast(grad.values, accumulator.dtype)
+  indices = tf.cast(grad.indices, tf.int64)
+  added = accumulator.scatter_add(tf.IndexedSlices(values, indices))
+  marked = touched.scatter_update(tf.IndexedSlices(tf.ones_like(indices, tf.int32), indices))
+  return tf.group(added, marked)
+
+
+def window_gradient(accumulator, touched, grad, steps):
+  """The window's average gradient, an `IndexedSlices` of the distinct rows it touched.
+
+  `grad`, the window's last micro-step, is accumulated first; the average is
+  the accumulated rows over `steps`, as Keras 3's `(g + acc) / steps` on those
+  rows (the others are 0 there). Returns (average, its rows).
+  """
+  with tf.control_dependencies([accumulate_rows(accumulator, touched, grad)]):
+    rows = tf.where(touched.read_value() > 0)[:, 0]
+  values = tf.gather(accumulator, rows) / tf.cast(steps, accumulator.dtype)
+  return tf.IndexedSlices(values, rows, grad.dense_shape), rows
+
+
+def clear_rows(accumulator, touched, rows):
+  """Zeroes `rows` of `accumulator` and their marks: the window is applied."""
+  row_shape = tf.shape(accumulator, out_type=tf.int64)[1:]
+  zeros = tf.zeros(tf.concat([tf.shape(rows, out_type=tf.int64), row_shape], 0), accumulator.dtype)
+  cleared = accumulator.scatter_update(tf.IndexedSlices(zeros, rows))
+  unmarked = touched.scatter_update(tf.IndexedSlices(tf.zeros_like(rows, tf.int32), rows))
+  return tf.group(cleared, unmarked)
 
 
 # ----------------------------------------------------------------------------- Lazy Adam

@@ -45,6 +45,12 @@ def _add_slot_variable(optimizer, var, name, dtype, shape=None, initializer="zer
                                 name=f"{prefix.replace('/', '_')}_{name}")
 
 
+def _slot_prefix(var):
+  """The name prefix `add_variable_from_reference` gives `var`'s slots."""
+  prefix = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
+  return prefix.replace("/", "_")
+
+
 class _Keras3Mixin:
   """Behaviour both Keras 3 optimizers share with the base class."""
 
@@ -66,6 +72,77 @@ class _Keras3Mixin:
     if self.global_clipnorm and self.global_clipnorm > 0 and _core.has_sparse(grads):
       return _core.clip_by_global_norm(grads, self.global_clipnorm)
     return super()._clip_gradients(grads)
+
+  def _build_row_state(self, var_list):
+    """The per-row state of the base class's features kept at sparse cost, after the base
+    class's state: with gradient accumulation, the marks of the rows the window's sparse
+    gradients named. Why: see docs/optimizers.md, "Keras features at sparse cost"."""
+    if getattr(self, "_row_state_built", False):
+      return
+    self._row_state_built = True
+    if self.gradient_accumulation_steps:
+      # Assigned whole, so tracked (in checkpoints).
+      self._touched_rows = [
+          self._add_row_variable(var, "gradient_accumulator_rows") for var in var_list
+      ]
+
+  def _add_row_variable(self, var, name):
+    """An int32 variable of one value per row of `var` (a scalar for a scalar)."""
+    return self.add_variable(shape=tuple(var.shape[:1]), initializer="zeros", dtype="int32",
+                             name=f"{_slot_prefix(var)}_{name}")
+
+  def _backend_apply_gradients(self, grads, trainable_variables):
+    # Keras 3 accumulates every gradient densely, and applies and clears whole accumulators.
+    if (not self.gradient_accumulation_steps or not _core.has_sparse(grads) or
+        tf.distribute.has_strategy() or (_core.in_xla_context() and _core.dense_feature(
+            "gradient_accumulation_steps",
+            "inside XLA, whose shapes are static: the rows a window named are a data-dependent "
+            "number"))):
+      return super()._backend_apply_gradients(grads, trainable_variables)
+    steps = self.gradient_accumulation_steps
+    positions = [self._get_variable_index(v) for v in trainable_variables]
+    accumulators = [self._accumulated_gradients[i].value for i in positions]
+    touched = [self._touched_rows[i].value for i in positions]
+    sparse = [isinstance(g, tf.IndexedSlices) for g in grads]
+
+    def accumulate():
+      for grad, accumulator, rows, is_sparse in zip(grads, accumulators, touched, sparse):
+        if is_sparse:
+          _core.accumulate_rows(accumulator, rows, grad)
+        else:
+          accumulator.assign(accumulator + tf.cast(tf.convert_to_tensor(grad), accumulator.dtype))
+
+    def apply_window():
+      window, named = [], []
+      for grad, accumulator, rows, is_sparse in zip(grads, accumulators, touched, sparse):
+        if is_sparse:
+          average, window_rows = _core.window_gradient(accumulator, rows, grad, steps)
+        else:
+          average, window_rows = (tf.convert_to_tensor(grad) + accumulator) / steps, None
+        window.append(average)
+        named.append(window_rows)
+      window = self._clip_gradients(window)
+      self._apply_weight_decay(trainable_variables)
+      self._backend_update_step(window, trainable_variables, self.learning_rate)
+      for accumulator, rows, window_rows in zip(accumulators, touched, named):
+        if window_rows is not None:
+          _core.clear_rows(accumulator, rows, window_rows)
+        else:
+          accumulator.assign(tf.zeros_like(accumulator))
+
+    keras.ops.cond((self._iterations + 1) % steps == 0, apply_window, accumulate)
+    self._moving_average_step()
+
+  def _moving_average_step(self):
+    """The base class's EMA after a step (`_backend_apply_gradients`' end)."""
+    if not self.use_ema:
+      return
+    self._update_model_variables_moving_average(self._trainable_variables)
+    if self.ema_overwrite_frequency:
+      keras.ops.cond(
+          (self.iterations + 1) % self.ema_overwrite_frequency == 0,
+          lambda: self._overwrite_model_variables_with_average_value(self._trainable_variables),
+          lambda: None)
 
   def _apply_weight_decay(self, variables):
     # A zero weight decay would rewrite every row of every table each step.
@@ -101,6 +178,7 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
   def build(self, var_list):
     with _restore_hints.name_the_slot_layout(self):
       self._build_state(var_list)
+    self._build_row_state(var_list)
 
   def _build_state(self, var_list):
     if self.built or not self._light_slots.enabled:
@@ -172,6 +250,7 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     # Assigned whole, so tracked: the lists are in checkpoints' object graphs (where
     # tf_opt_ops.convert_checkpoint finds the accumulators).
     self._accumulators, self.clipping_factors = accumulators, clipping_factors
+    self._build_row_state(var_list)
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
