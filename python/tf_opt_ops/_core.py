@@ -178,6 +178,24 @@ def scaled(grad, scale):
   return grad * tf.cast(scale, grad.dtype)
 
 
+def decay_weights(var, grad, lr, weight_decay):
+  """Stock Keras' decoupled weight decay, `var -= var * weight_decay * lr`, on the rows a
+  sparse `grad` names (each written once per index, with the same value), else on `var`.
+
+  Decaying every row each step would rewrite every table (the sparse step's
+  whole point is not to); rows a step does not update keep their values, as
+  with TF Addons' decoupled weight decay. Why: see docs/optimizers.md, "Keras
+  features at sparse cost".
+  """
+  lr = tf.cast(lr, var.dtype)
+  weight_decay = tf.cast(weight_decay, var.dtype)
+  if isinstance(grad, tf.IndexedSlices):
+    rows = grad.indices
+    current = tf.gather(var, rows)
+    return var.scatter_update(tf.IndexedSlices(current - current * weight_decay * lr, rows))
+  return var.assign_sub(var * weight_decay * lr)
+
+
 def accumulate_rows(accumulator, touched, grad):
   """Adds sparse `grad` into `accumulator` on its rows and marks them in `touched` ([rows]
   int32, 1 for a row some micro-step of the window named)."""

@@ -51,6 +51,11 @@ def _slot_prefix(var):
   return prefix.replace("/", "_")
 
 
+def _tf_variable(variable):
+  """The tf.Variable a Keras 3 variable wraps (or `variable`)."""
+  return variable.value if isinstance(variable, keras.Variable) else variable
+
+
 class _Keras3Mixin:
   """Behaviour both Keras 3 optimizers share with the base class."""
 
@@ -145,10 +150,19 @@ class _Keras3Mixin:
           lambda: None)
 
   def _apply_weight_decay(self, variables):
-    # A zero weight decay would rewrite every row of every table each step.
+    # Each variable is decayed in its update step, where its gradient says which rows
+    # (`_decay`).
+    return
+
+  def _decay(self, gradient, variable, learning_rate):
+    """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
+    # A zero weight decay would rewrite rows without changing a value.
     if _core.is_zero(self.weight_decay):
       return
-    super()._apply_weight_decay(variables)
+    # The model variable (update_step gets the tf.Variable it wraps): exclusions name it.
+    model_variable = self._trainable_variables[self._get_variable_index(variable)]
+    if self._use_weight_decay(model_variable):
+      _core.decay_weights(_tf_variable(variable), gradient, learning_rate, self.weight_decay)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -197,6 +211,7 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
     self._momentums, self._velocities = momentums, velocities
 
   def update_step(self, gradient, variable, learning_rate):
+    self._decay(gradient, variable, learning_rate)
     index = self._get_variable_index(variable)
     _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                     lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
@@ -253,6 +268,7 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     self._build_row_state(var_list)
 
   def update_step(self, gradient, variable, learning_rate):
+    self._decay(gradient, variable, learning_rate)
     index = self._get_variable_index(variable)
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
     self._clippy_apply(gradient, variable, self._accumulators[index], factor, learning_rate,

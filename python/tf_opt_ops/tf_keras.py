@@ -47,7 +47,20 @@ class _TfKerasMixin:
     # every table each step without changing a value.
     if _core.is_zero(self.weight_decay):
       return
-    super()._apply_weight_decay(variables)
+    # Each variable is decayed in its update step, where its gradient says which rows
+    # (`_decay`), but under DTensor and for shards of a sharded variable (whose Clippy scale
+    # is computed before the update steps, from the decayed values).
+    super()._apply_weight_decay([v for v in variables if self._decays_whole(v)])
+
+  def _decays_whole(self, variable):
+    return self._on_mesh or _core.sharded_container(variable) is not None
+
+  def _decay(self, gradient, variable):
+    """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
+    if _core.is_zero(self.weight_decay) or self._decays_whole(variable):
+      return
+    if self._use_weight_decay(variable):
+      _core.decay_weights(variable, gradient, self.learning_rate, self.weight_decay)
 
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
@@ -199,6 +212,7 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
               reference, "v", initial_value=tf.zeros(self._light_slots.v_shape_for(var), dtype)))
 
   def update_step(self, gradient, variable):
+    self._decay(gradient, variable)
     index = self._index(variable)
     return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                            lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
@@ -295,6 +309,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
     return super()._distributed_apply_gradients_fn(distribution, grads_and_vars, **kwargs)
 
   def update_step(self, gradient, variable):
+    self._decay(gradient, variable)
     key = self._var_key(variable)
     factor = self._factor_of[key] if self.export_clipping_factors else None
     return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)], factor,

@@ -252,3 +252,48 @@ def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_na
       list(resumed[:2]) + resumed[2].variables,
       list(whole[:2]) + whole[2].variables):
     np.testing.assert_array_equal(np.asarray(ours.numpy()), np.asarray(theirs.numpy()))
+
+
+# ----------------------------------------------------------------------------- weight decay
+
+WEIGHT_DECAY = 0.1
+DECAY_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no weight decay
+
+
+def _stock_decay(ref, rows, lr=OPTIONS["learning_rate"]):
+  """Stock `var -= var * wd * lr` (in float32) on `rows` of reference `ref`'s variable."""
+  var = ref.var
+  decayed = var[rows] - var[rows] * np.float32(WEIGHT_DECAY) * np.float32(lr)
+  var[rows] = decayed.astype(var.dtype)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("exclude_bias", [False, True], ids=["all", "exclude-bias"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", DECAY_FLAVORS)
+def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mode):
+  """A sparse gradient's rows are decayed as stock decays a variable, then updated; rows it does
+  not name keep their bits; a dense gradient's variable is decayed whole; exclusions hold."""
+  table, bias = _variables(flavor)
+  opt = getattr(common.flavor_module(flavor), opt_name)(**OPTIONS, weight_decay=WEIGHT_DECAY)
+  if exclude_bias:
+    opt.exclude_from_weight_decay(var_names=["bias"])
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=OPTIONS)
+  step = MODES[mode](_train_step(opt, table, bias))
+  for values, indices, bias_grad in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    _stock_decay(table_ref, np.unique(indices))
+    if not exclude_bias:
+      _stock_decay(bias_ref, slice(None))
+    table_ref.sparse(values.astype(np.float64), indices)
+    bias_ref.dense(bias_grad.astype(np.float64))
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
