@@ -228,6 +228,82 @@ def clear_rows(accumulator, touched, rows):
   return tf.group(cleared, unmarked)
 
 
+def _per_row(values, like):
+  """[rows] `values` shaped to broadcast over rows of `like`."""
+  return tf.reshape(values, tf.concat(
+      [tf.shape(values), tf.ones([tf.rank(like) - 1], tf.int32)], 0))
+
+
+def caught_up_average(values, average, synced, count, ema_momentum):
+  """The moving average of rows whose values have not changed since their sync.
+
+  A row synced when `synced` EMA steps had been applied, and unchanged since,
+  has taken `count - synced` more steps `a <- m a + (1 - m) x` toward its
+  constant value x: its average is x + m^k (a - x), k that count.
+  """
+  steps = tf.cast(count - synced, values.dtype)
+  decay = tf.pow(tf.cast(ema_momentum, values.dtype), steps)
+  if values.shape.rank != 0:
+    decay = _per_row(decay, values)
+  return values + decay * (average - values)
+
+
+def moving_average_update(var, average, synced, count, grad, ema_momentum, momentum, update):
+  """Runs `update()` (the update of `var` by `grad`) and this step's EMA of the rows it changes.
+
+  The base class moves every row's average each step; here a row's average is
+  kept as of its last change (`synced`: the number of EMA steps applied then,
+  `count`: those applied so far) and brought up to date where the row changes
+  (`caught_up_average`) or is read (`sync_moving_average`), so a step touches
+  the rows of a sparse `grad` only. `momentum` is this step's (the base
+  class's: Keras 3's is 0 at its first step); `ema_momentum` that of the
+  steps before. Returns what `update()` returns.
+  """
+  rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
+
+  def read(x):
+    return x.read_value() if rows is None else tf.gather(x, rows)
+
+  applied = count.read_value()
+  caught = caught_up_average(read(var), read(average), read(synced), applied, ema_momentum)
+  with tf.control_dependencies([caught]):
+    result = update()
+  with tf.control_dependencies([] if result is None else [result]):
+    new = read(var)
+  momentum = tf.cast(momentum, var.dtype)
+  value = momentum * caught + (1 - momentum) * new
+  stamp = tf.fill(tf.shape(synced) if rows is None else tf.shape(rows), applied + 1)
+  if rows is None:
+    average.assign(value)
+    synced.assign(stamp)
+  else:
+    average.scatter_update(tf.IndexedSlices(value, rows))
+    synced.scatter_update(tf.IndexedSlices(stamp, rows))
+  return result
+
+
+def moving_average_applied(var, average, synced, count, first=None):
+  """Counts an EMA step of `var` (after its update, if any); where `first` (Keras 3's first
+  step, which sets every average to its variable), every row's average is `var`."""
+  if first is not None:
+
+    def set_all():
+      average.assign(var.read_value())
+      synced.assign(tf.fill(tf.shape(synced), count.read_value() + 1))
+
+    tf.cond(first, set_all, lambda: None)
+  return count.assign_add(1)
+
+
+def sync_moving_average(var, average, synced, count, ema_momentum):
+  """Brings every row of `average` up to date (before it is read)."""
+  applied = count.read_value()
+  average.assign(
+      caught_up_average(var.read_value(), average.read_value(), synced.read_value(), applied,
+                        ema_momentum))
+  return synced.assign(tf.fill(tf.shape(synced), applied))
+
+
 # ----------------------------------------------------------------------------- Lazy Adam
 
 _SLOT_DTYPES = ("bfloat16", "float16", "float32")

@@ -81,7 +81,9 @@ class _Keras3Mixin:
   def _build_row_state(self, var_list):
     """The per-row state of the base class's features kept at sparse cost, after the base
     class's state: with gradient accumulation, the marks of the rows the window's sparse
-    gradients named. Why: see docs/optimizers.md, "Keras features at sparse cost"."""
+    gradients named; with EMA (without accumulation, outside tf.distribute), each average's
+    per-row sync step and its count of EMA steps. Why: see docs/optimizers.md, "Keras
+    features at sparse cost"."""
     if getattr(self, "_row_state_built", False):
       return
     self._row_state_built = True
@@ -90,11 +92,60 @@ class _Keras3Mixin:
       self._touched_rows = [
           self._add_row_variable(var, "gradient_accumulator_rows") for var in var_list
       ]
+    elif self.use_ema and not tf.distribute.has_strategy():
+      self._average_synced = [self._add_row_variable(var, "average_synced") for var in var_list]
+      self._average_counts = [
+          self.add_variable(shape=(), initializer="zeros", dtype="int32",
+                            name=f"{_slot_prefix(var)}_average_count") for var in var_list
+      ]
 
   def _add_row_variable(self, var, name):
     """An int32 variable of one value per row of `var` (a scalar for a scalar)."""
     return self.add_variable(shape=tuple(var.shape[:1]), initializer="zeros", dtype="int32",
                              name=f"{_slot_prefix(var)}_{name}")
+
+  @property
+  def _lazy_average(self):
+    return getattr(self, "_average_synced", None) is not None
+
+  def _average_state(self, variable):
+    """(tf.Variable, its average, sync steps, count) of model or tf.Variable `variable`."""
+    index = self._get_variable_index(variable)
+    return (_tf_variable(variable), _tf_variable(self._model_variables_moving_average[index]),
+            _tf_variable(self._average_synced[index]), _tf_variable(self._average_counts[index]))
+
+  def _with_moving_average(self, gradient, variable, update):
+    """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
+    on the rows it changes."""
+    if not self._lazy_average:
+      return update()
+    var, average, synced, count = self._average_state(variable)
+    # The base class's momentum: 0 at the first step, which sets the average to the variable.
+    momentum = tf.cast(tf.not_equal(self.iterations, 0), var.dtype) * self.ema_momentum
+    return _core.moving_average_update(var, average, synced, count, gradient, self.ema_momentum,
+                                       momentum, update)
+
+  def _update_model_variables_moving_average(self, trainable_variables):
+    if not self._lazy_average:
+      return super()._update_model_variables_moving_average(trainable_variables)
+    # The averages of the rows the step changed moved in its update steps.
+    first = tf.equal(self.iterations, 0)
+    for variable in trainable_variables:
+      _core.moving_average_applied(*self._average_state(variable), first=first)
+
+  def _sync_moving_averages(self):
+    if self._lazy_average:
+      for variable in self._trainable_variables:
+        _core.sync_moving_average(*self._average_state(variable), self.ema_momentum)
+
+  def _overwrite_model_variables_with_average_value(self, trainable_variables):
+    self._sync_moving_averages()
+    return super()._overwrite_model_variables_with_average_value(trainable_variables)
+
+  def save_own_variables(self, store):
+    # A .keras file holds the averages up to date.
+    self._sync_moving_averages()
+    return super().save_own_variables(store)
 
   def _backend_apply_gradients(self, grads, trainable_variables):
     # Keras 3 accumulates every gradient densely, and applies and clears whole accumulators.
@@ -211,11 +262,16 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
     self._momentums, self._velocities = momentums, velocities
 
   def update_step(self, gradient, variable, learning_rate):
-    self._decay(gradient, variable, learning_rate)
     index = self._get_variable_index(variable)
-    _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
-                    lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-                    step=self.iterations + 1, light=self._light_options(variable))
+
+    def update():
+      self._decay(gradient, variable, learning_rate)
+      return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
+                             lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
+                             epsilon=self.epsilon, step=self.iterations + 1,
+                             light=self._light_options(variable))
+
+    self._with_moving_average(gradient, variable, update)
 
   def get_config(self):
     config = super().get_config()
@@ -268,11 +324,15 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     self._build_row_state(var_list)
 
   def update_step(self, gradient, variable, learning_rate):
-    self._decay(gradient, variable, learning_rate)
     index = self._get_variable_index(variable)
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
-    self._clippy_apply(gradient, variable, self._accumulators[index], factor, learning_rate,
-                       step=self.iterations + 1)
+
+    def update():
+      self._decay(gradient, variable, learning_rate)
+      return self._clippy_apply(gradient, variable, self._accumulators[index], factor,
+                                learning_rate, step=self.iterations + 1)
+
+    self._with_moving_average(gradient, variable, update)
 
   def get_config(self):
     config = super().get_config()

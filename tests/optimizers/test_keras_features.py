@@ -297,3 +297,108 @@ def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mo
     types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
     assert SPARSE_OPS[opt_name] in types
     assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+# ----------------------------------------------------------------------------- EMA
+
+EMA_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no EMA
+EMA_MOMENTUM = 0.8
+EMA_STEPS = 5
+
+
+def _average_variables(opt):
+  return list(getattr(opt, "_model_variables_moving_average", []))
+
+
+class _StockAverage:
+  """The flavor's stock EMA of (table, bias) in float32: Keras 3 starts from zeros and sets the
+  average to the variable at its first step; tf_keras starts from the variable."""
+
+  def __init__(self, flavor, values):
+    self.flavor = flavor
+    self.averages = [np.array(v, np.float32) for v in values]
+    self.steps = 0
+
+  def step(self, values):
+    m = np.float32(0.0 if self.flavor == "keras" and self.steps == 0 else EMA_MOMENTUM)
+    self.averages = [
+        m * a + (np.float32(1) - m) * np.float32(v) for a, v in zip(self.averages, values)
+    ]
+    self.steps += 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("overwrite", [None, 2], ids=["finalize", "overwrite-2"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", EMA_FLAVORS)
+def test_ema_is_stocks_and_touches_the_updated_rows(flavor, opt_name, overwrite, mode):
+  """The variables (overwritten every `overwrite` steps) and the averages (after
+  finalize_variable_values) are stock EMA's; between reads a step writes the average rows its
+  gradient names only."""
+  table, bias = _variables(flavor)
+  opt = getattr(common.flavor_module(flavor), opt_name)(**OPTIONS, use_ema=True,
+                                                        ema_momentum=EMA_MOMENTUM,
+                                                        ema_overwrite_frequency=overwrite)
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=OPTIONS)
+  stock = _StockAverage(flavor, [table.numpy(), bias.numpy()])
+  step = MODES[mode](_train_step(opt, table, bias))
+  for t, (values, indices, bias_grad) in enumerate(_batches(steps=EMA_STEPS)):
+    averages_before = [np.asarray(a.numpy()).copy() for a in _average_variables(opt)]
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    table_ref.sparse(values.astype(np.float64), indices)
+    bias_ref.dense(bias_grad.astype(np.float64))
+    stock.step([table_ref.var, bias_ref.var])
+    if overwrite and (t + 1) % overwrite == 0:
+      table_ref.var, bias_ref.var = (a.copy() for a in stock.averages)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
+    if averages_before and t > 0 and not (overwrite and (t + 1) % overwrite == 0):
+      untouched = np.setdiff1d(np.arange(ROWS), indices)
+      after = np.asarray(_average_variables(opt)[0].numpy())
+      np.testing.assert_array_equal(after[untouched], averages_before[0][untouched])
+  opt.finalize_variable_values([table, bias])
+  np.testing.assert_allclose(table.numpy(), stock.averages[0], **FLOAT32_TOL)
+  np.testing.assert_allclose(bias.numpy(), stock.averages[1], **FLOAT32_TOL)
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", EMA_FLAVORS)
+def test_ema_resumes_from_a_checkpoint_bit_identical(tmp_path, flavor, opt_name):
+  """A checkpoint keeps the averages with their sync steps: the resumed run's variables, state
+  and final averages equal the uninterrupted run's bit for bit."""
+  options = dict(OPTIONS, use_ema=True, ema_momentum=EMA_MOMENTUM)
+  batches = _batches(steps=2 * EMA_STEPS)
+  make = getattr(common.flavor_module(flavor), opt_name)
+
+  def run(start, stop, table, bias, opt):
+    step = tf.function(_train_step(opt, table, bias))
+    for values, indices, bias_grad in batches[start:stop]:
+      step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+
+  whole = (*_variables(flavor), make(**options))
+  run(0, len(batches), *whole)
+  first = (*_variables(flavor), make(**options))
+  run(0, EMA_STEPS, *first)
+  path = tf.train.Checkpoint(table=first[0], bias=first[1], opt=first[2]).save(tmp_path / "ckpt")
+  resumed = (*_variables(flavor, seed=5), make(**options))
+  resumed[2].build([resumed[0], resumed[1]])
+  tf.train.Checkpoint(table=resumed[0], bias=resumed[1], opt=resumed[2]).restore(path)
+  run(EMA_STEPS, len(batches), *resumed)
+  for run_ in (whole, resumed):
+    run_[2].finalize_variable_values([run_[0], run_[1]])
+  state = [_all_values(r) for r in (resumed, whole)]
+  assert len(state[0]) == len(state[1])
+  for ours, theirs in zip(*state):
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def _all_values(run_):
+  """The model variables and the optimizer's, as NumPy arrays."""
+  table, bias, opt = run_
+  opt_vars = opt.variables() if callable(opt.variables) else opt.variables
+  return [np.asarray(v.numpy()) for v in [table, bias, *opt_vars]]
