@@ -402,3 +402,61 @@ def _all_values(run_):
   table, bias, opt = run_
   opt_vars = opt.variables() if callable(opt.variables) else opt.variables
   return [np.asarray(v.numpy()) for v in [table, bias, *opt_vars]]
+
+
+# ----------------------------------------------------------------------------- Keras 3 routing
+
+
+def test_keras3_multi_optimizer_trains_and_resumes_from_a_keras_file(tmp_path):
+  """keras.optimizers.MultiOptimizer with ours inside: sparse rows stay lazy, and a `.keras`
+  round trip resumes training bit for bit."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from optimizer_checks import EMB_USED, embedding_data, embedding_model  # pylint: disable=g-import-not-at-top
+  api = common.flavor_module("keras")
+  keras.utils.set_random_seed(0)
+  model = embedding_model(keras)
+  optimizer = keras.optimizers.MultiOptimizer(
+      keras.optimizers.OptimizerMap(default_optimizer=api.ClippyAdagrad(learning_rate=0.1),
+                                    optimizer_map={"emb/.*": api.LazyAdam(learning_rate=0.01)}))
+  model.compile(optimizer=optimizer, loss="mse")
+  before = np.array(model.get_layer("emb").embeddings.numpy())
+  x, y = embedding_data()
+  model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+  after = np.array(model.get_layer("emb").embeddings.numpy())
+  np.testing.assert_array_equal(after[EMB_USED:], before[EMB_USED:])
+  assert np.abs(after[:EMB_USED] - before[:EMB_USED]).max() > 1e-5
+  assert [type(o).__name__ for o in optimizer.optimizers] == ["LazyAdam", "ClippyAdagrad"]
+  model.save(tmp_path / "model.keras")
+  loaded = keras.models.load_model(tmp_path / "model.keras")
+  assert [type(o) for o in loaded.optimizer.optimizers] == [api.LazyAdam, api.ClippyAdagrad]
+  for m in (model, loaded):
+    m.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+  for ours, theirs in zip(loaded.get_weights(), model.get_weights()):
+    np.testing.assert_array_equal(ours, theirs)
+  for ours, theirs in zip(loaded.optimizer.variables, model.optimizer.variables):
+    np.testing.assert_array_equal(np.asarray(ours.numpy()), np.asarray(theirs.numpy()))
+
+
+@pytest.mark.parametrize("flavor", DECAY_FLAVORS)
+def test_features_through_our_router(flavor):
+  """Features set on an optimizer inside our CompositeOptimizer run there at sparse cost:
+  global_clipnorm (over that optimizer's gradients) and weight decay on the table's rows."""
+  api = common.flavor_module(flavor)
+  table, bias = _variables(flavor)
+  inner = api.LazyAdam(**OPTIONS, global_clipnorm=2.0, weight_decay=WEIGHT_DECAY)
+  router = api.CompositeOptimizer([(inner, lambda: [table]),
+                                   (api.ClippyAdagrad(**OPTIONS), lambda: [bias])])
+  table_ref = make_reference("LazyAdam", table.numpy().astype(np.float64), options=OPTIONS)
+  step = tf.function(_train_step(router, table, bias))
+  for values, indices, bias_grad in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    clipped, = _stock_clip([values], dict(global_clipnorm=2.0))
+    _stock_decay(table_ref, np.unique(indices))
+    table_ref.sparse(clipped.astype(np.float64), indices)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+  assert SPARSE_OPS["LazyAdam"] in types
+  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
