@@ -460,3 +460,53 @@ def test_features_through_our_router(flavor):
   types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
   assert SPARSE_OPS["LazyAdam"] in types
   assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+# ----------------------------------------------------------------------------- mixed precision
+
+LOSS_SCALE = 128.0
+
+
+def _loss_scaled(wrapper, flavor, opt_name):
+  """(optimizer, unscale(grads)) of `opt_name` in `flavor` under loss-scale `wrapper`."""
+  make = getattr(common.flavor_module(flavor), opt_name)
+  if wrapper == "loss_scale_factor":
+    return make(**OPTIONS, loss_scale_factor=LOSS_SCALE), lambda grads: grads
+  if flavor == "keras":
+    import keras  # pylint: disable=g-import-not-at-top
+    opt = keras.optimizers.LossScaleOptimizer(make(**OPTIONS), initial_scale=LOSS_SCALE)
+    return opt, lambda grads: grads  # its apply unscales
+  from tf_opt_ops import _keras2  # pylint: disable=g-import-not-at-top
+  opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(**OPTIONS), dynamic=False,
+                                                             initial_scale=LOSS_SCALE)
+  return opt, opt.get_unscaled_gradients
+
+
+LOSS_SCALED = [("keras", "LossScaleOptimizer"), ("keras", "loss_scale_factor"),
+               ("tf_keras", "LossScaleOptimizer"), ("legacy", "LossScaleOptimizer")]
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
+def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
+  """Each API's loss scaling around ours unscales and checks the slices' values only: the update
+  is the reference's of the unscaled gradient, lazily, with no densifying op."""
+  table, _ = _variables(flavor)
+  opt, unscale = _loss_scaled(wrapper, flavor, opt_name)
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+
+  @tf.function
+  def step(values, indices):
+    grads = unscale([_sparse(values * LOSS_SCALE, indices)])
+    opt.apply_gradients([(grads[0], table)])
+
+  for values, indices, _ in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices))
+    table_ref.sparse(values.astype(np.float64), indices)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  types = _graph_op_types(step, *map(tf.constant, _batches()[0][:2]))
+  assert SPARSE_OPS[opt_name] in types
+  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
