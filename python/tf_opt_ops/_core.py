@@ -121,9 +121,9 @@ def _split_gradient(var, grad, indices):
 
 
 # ----------------------------------------------------------------------------- Keras features
-# The base classes' gradient features (clipping, accumulation) with sparse gradients kept
-# sparse: the numbers of the base class's own code, on the rows a gradient names only. Why:
-# see docs/optimizers.md, "Keras features at sparse cost".
+# The base classes' features (clipping, accumulation, weight decay, EMA) with sparse gradients
+# kept sparse: the numbers of the base class's own code, on the rows a gradient names only.
+# Why: see docs/optimizers.md, "Keras features at sparse cost".
 
 
 def has_sparse(grads):
