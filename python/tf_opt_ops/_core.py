@@ -201,9 +201,15 @@ def accumulate_rows(accumulator, touched, grad):
   int32, 1 for a row some micro-step of the window named)."""
   values = tf.cast(grad.values, accumulator.dtype)
   indices = tf.cast(grad.indices, tf.int64)
-  added = accumulator.scatter_add(tf.IndexedSlices(values, indices))
-  marked = touched.scatter_update(tf.IndexedSlices(tf.ones_like(indices, tf.int32), indices))
-  return tf.group(added, marked)
+  return tf.group(
+      _scatter(tf.raw_ops.ResourceScatterAdd, accumulator, indices, values),
+      _scatter(tf.raw_ops.ResourceScatterUpdate, touched, indices, tf.ones_like(indices, tf.int32)))
+
+
+def _scatter(op, var, indices, updates):
+  """Scatter `op` into `var`, returning the op: a control dependency on the variable that
+  `var.scatter_*` returns reads it whole (a copy of every row, once sparse ops touched it)."""
+  return op(resource=handle(var), indices=indices, updates=updates)
 
 
 def window_gradient(accumulator, touched, grad, steps):
@@ -221,11 +227,12 @@ def window_gradient(accumulator, touched, grad, steps):
 
 def clear_rows(accumulator, touched, rows):
   """Zeroes `rows` of `accumulator` and their marks: the window is applied."""
-  row_shape = tf.shape(accumulator, out_type=tf.int64)[1:]
+  # The static row shape: tf.shape of a variable reads all of it.
+  row_shape = tf.constant(accumulator.shape[1:].as_list(), tf.int64)
   zeros = tf.zeros(tf.concat([tf.shape(rows, out_type=tf.int64), row_shape], 0), accumulator.dtype)
-  cleared = accumulator.scatter_update(tf.IndexedSlices(zeros, rows))
-  unmarked = touched.scatter_update(tf.IndexedSlices(tf.zeros_like(rows, tf.int32), rows))
-  return tf.group(cleared, unmarked)
+  return tf.group(
+      _scatter(tf.raw_ops.ResourceScatterUpdate, accumulator, rows, zeros),
+      _scatter(tf.raw_ops.ResourceScatterUpdate, touched, rows, tf.zeros_like(rows, tf.int32)))
 
 
 def _per_row(values, like):
