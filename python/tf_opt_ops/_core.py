@@ -121,6 +121,197 @@ def _split_gradient(var, grad, indices):
   return tf.cast(grad, dtype), indices, dtype
 
 
+# ----------------------------------------------------------------------------- Keras features
+# The base classes' features (clipping, accumulation, weight decay, EMA) with sparse gradients
+# kept sparse: the numbers of the base class's own code, on the rows a gradient names only.
+# Why: see docs/optimizers.md, "Keras features at sparse cost".
+
+
+def has_sparse(grads):
+  return any(isinstance(g, tf.IndexedSlices) for g in grads)
+
+
+def dense_feature(what, reason):
+  """True (with a warning logged once, naming the cost) where feature `what` cannot keep sparse
+  gradients sparse: the base class's dense code runs."""
+  with _log_lock:
+    if what in _logged:
+      return True
+    _logged.add(what)
+  tf.get_logger().warning(
+      "tf_opt_ops: %s runs densely here (%s): every step reads and writes every row of each "
+      "table, as the stock optimizer does.", what, reason)
+  return True
+
+
+def _common_dtype(tensors):
+  """The dtype Keras 3's `ops.stack` gives `tensors`: theirs if one, else the widest float."""
+  dtypes = {tf.as_dtype(t.dtype) for t in tensors}
+  if len(dtypes) == 1:
+    return dtypes.pop()
+  return tf.float64 if tf.float64 in dtypes else tf.float32
+
+
+def clip_by_global_norm(grads, clip_norm):
+  """Keras 3's `clip_by_global_norm`, an `IndexedSlices` kept one with its rows scaled.
+
+  The norm is Keras 3's: the sum of each gradient's squared values (a slice's
+  values with duplicate rows not summed, as Keras 3 squares them before it
+  densifies), and so is the scale (NaN for a non-finite norm). Keras 3 then
+  densifies the slices, a pass over every row of every table.
+  """
+  present = [g for g in grads if g is not None]
+  squared = [
+      tf.reduce_sum(tf.square(g.values if isinstance(g, tf.IndexedSlices) else g)) for g in present
+  ]
+  dtype = _common_dtype(squared)
+  norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.cast(s, dtype) for s in squared])))
+  scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
+  scale = scale + (norm - norm)  # NaN where the norm is inf or NaN
+  return [None if g is None else scaled(g, scale) for g in grads]
+
+
+def scaled(grad, scale):
+  """`grad * scale`, an `IndexedSlices` kept one (its values scaled)."""
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype), grad.indices,
+                            grad.dense_shape)
+  return grad * tf.cast(scale, grad.dtype)
+
+
+def decay_weights(var, grad, lr, weight_decay):
+  """Stock Keras' decoupled weight decay, `var -= var * weight_decay * lr`, on the rows a
+  sparse `grad` names (each written once per index, with the same value), else on `var`.
+
+  Decaying every row each step would rewrite every table (the sparse step's
+  whole point is not to); rows a step does not update keep their values, as
+  with TF Addons' decoupled weight decay. Why: see docs/optimizers.md, "Keras
+  features at sparse cost".
+  """
+  lr = tf.cast(lr, var.dtype)
+  weight_decay = tf.cast(weight_decay, var.dtype)
+  if isinstance(grad, tf.IndexedSlices):
+    rows = grad.indices
+    current = tf.gather(var, rows)
+    return var.scatter_update(tf.IndexedSlices(current - current * weight_decay * lr, rows))
+  return var.assign_sub(var * weight_decay * lr)
+
+
+def accumulate_rows(accumulator, touched, grad):
+  """Adds sparse `grad` into `accumulator` on its rows and marks them in `touched` ([rows]
+  int32, 1 for a row some micro-step of the window named)."""
+  values = tf.cast(grad.values, accumulator.dtype)
+  indices = tf.cast(grad.indices, tf.int64)
+  return tf.group(
+      _scatter(tf.raw_ops.ResourceScatterAdd, accumulator, indices, values),
+      _scatter(tf.raw_ops.ResourceScatterUpdate, touched, indices, tf.ones_like(indices, tf.int32)))
+
+
+def _scatter(op, var, indices, updates):
+  """Scatter `op` into `var`, returning the op: a control dependency on the variable that
+  `var.scatter_*` returns reads it whole (a copy of every row, once sparse ops touched it)."""
+  return op(resource=handle(var), indices=indices, updates=updates)
+
+
+def window_gradient(accumulator, touched, grad, steps):
+  """The window's average gradient, an `IndexedSlices` of the distinct rows it touched.
+
+  `grad`, the window's last micro-step, is accumulated first; the average is
+  the accumulated rows over `steps`, as Keras 3's `(g + acc) / steps` on those
+  rows (the others are 0 there). Returns (average, its rows).
+  """
+  with tf.control_dependencies([accumulate_rows(accumulator, touched, grad)]):
+    rows = tf.where(touched.read_value() > 0)[:, 0]
+  values = tf.gather(accumulator, rows) / tf.cast(steps, accumulator.dtype)
+  return tf.IndexedSlices(values, rows, grad.dense_shape), rows
+
+
+def clear_rows(accumulator, touched, rows):
+  """Zeroes `rows` of `accumulator` and their marks: the window is applied."""
+  # The static row shape: tf.shape of a variable reads all of it.
+  row_shape = tf.constant(accumulator.shape[1:].as_list(), tf.int64)
+  zeros = tf.zeros(tf.concat([tf.shape(rows, out_type=tf.int64), row_shape], 0), accumulator.dtype)
+  return tf.group(
+      _scatter(tf.raw_ops.ResourceScatterUpdate, accumulator, rows, zeros),
+      _scatter(tf.raw_ops.ResourceScatterUpdate, touched, rows, tf.zeros_like(rows, tf.int32)))
+
+
+def _per_row(values, like):
+  """[rows] `values` shaped to broadcast over rows of `like`."""
+  return tf.reshape(values, tf.concat(
+      [tf.shape(values), tf.ones([tf.rank(like) - 1], tf.int32)], 0))
+
+
+def caught_up_average(values, average, synced, count, ema_momentum):
+  """The moving average of rows whose values have not changed since their sync.
+
+  A row synced when `synced` EMA steps had been applied, and unchanged since,
+  has taken `count - synced` more steps `a <- m a + (1 - m) x` toward its
+  constant value x: its average is x + m^k (a - x), k that count.
+  """
+  steps = tf.cast(count - synced, values.dtype)
+  decay = tf.pow(tf.cast(ema_momentum, values.dtype), steps)
+  if values.shape.rank != 0:
+    decay = _per_row(decay, values)
+  return values + decay * (average - values)
+
+
+def moving_average_update(var, average, synced, count, grad, ema_momentum, momentum, update):
+  """Runs `update()` (the update of `var` by `grad`) and this step's EMA of the rows it changes.
+
+  The base class moves every row's average each step; here a row's average is
+  kept as of its last change (`synced`: the number of EMA steps applied then,
+  `count`: those applied so far) and brought up to date where the row changes
+  (`caught_up_average`) or is read (`sync_moving_average`), so a step touches
+  the rows of a sparse `grad` only. `momentum` is this step's (the base
+  class's: Keras 3's is 0 at its first step); `ema_momentum` that of the
+  steps before. Returns what `update()` returns.
+  """
+  rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
+
+  def read(x):
+    return x.read_value() if rows is None else tf.gather(x, rows)
+
+  applied = count.read_value()
+  caught = caught_up_average(read(var), read(average), read(synced), applied, ema_momentum)
+  with tf.control_dependencies([caught]):
+    result = update()
+  with tf.control_dependencies([] if result is None else [result]):
+    new = read(var)
+  momentum = tf.cast(momentum, var.dtype)
+  value = momentum * caught + (1 - momentum) * new
+  stamp = tf.fill(tf.shape(synced) if rows is None else tf.shape(rows), applied + 1)
+  if rows is None:
+    average.assign(value)
+    synced.assign(stamp)
+  else:
+    average.scatter_update(tf.IndexedSlices(value, rows))
+    synced.scatter_update(tf.IndexedSlices(stamp, rows))
+  return result
+
+
+def moving_average_applied(var, average, synced, count, first=None):
+  """Counts an EMA step of `var` (after its update, if any); where `first` (Keras 3's first
+  step, which sets every average to its variable), every row's average is `var`."""
+  if first is not None:
+
+    def set_all():
+      average.assign(var.read_value())
+      synced.assign(tf.fill(tf.shape(synced), count.read_value() + 1))
+
+    tf.cond(first, set_all, lambda: None)
+  return count.assign_add(1)
+
+
+def sync_moving_average(var, average, synced, count, ema_momentum):
+  """Brings every row of `average` up to date (before it is read)."""
+  applied = count.read_value()
+  average.assign(
+      caught_up_average(var.read_value(), average.read_value(), synced.read_value(), applied,
+                        ema_momentum))
+  return synced.assign(tf.fill(tf.shape(synced), applied))
+
+
 # ----------------------------------------------------------------------------- Lazy Adam
 
 _SLOT_DTYPES = ("bfloat16", "float16", "float32")

@@ -45,6 +45,17 @@ def _add_slot_variable(optimizer, var, name, dtype, shape=None, initializer="zer
                                 name=f"{prefix.replace('/', '_')}_{name}")
 
 
+def _slot_prefix(var):
+  """The name prefix `add_variable_from_reference` gives `var`'s slots."""
+  prefix = var.path if hasattr(var, "path") else str(var.name).replace(":", "_")
+  return prefix.replace("/", "_")
+
+
+def _tf_variable(variable):
+  """The tf.Variable a Keras 3 variable wraps (or `variable`)."""
+  return variable.value if isinstance(variable, keras.Variable) else variable
+
+
 class _Keras3Mixin:
   """Behaviour both Keras 3 optimizers share with the base class."""
 
@@ -76,11 +87,149 @@ class _Keras3Mixin:
     _restore_hints.check_stored_slots(self, store)
     super().load_own_variables(store)
 
+  def _clip_gradients(self, grads):
+    # Keras 3 densifies sparse gradients to clip them by their global norm (its clipnorm and
+    # clipvalue keep them sparse).
+    if self.global_clipnorm and self.global_clipnorm > 0 and _core.has_sparse(grads):
+      return _core.clip_by_global_norm(grads, self.global_clipnorm)
+    return super()._clip_gradients(grads)
+
+  def _build_row_state(self, var_list):
+    """The per-row state of the base class's features kept at sparse cost, after the base
+    class's state: with gradient accumulation, the marks of the rows the window's sparse
+    gradients named; with EMA (without accumulation, outside tf.distribute), each average's
+    per-row sync step and its count of EMA steps. Why: see docs/optimizers.md, "Keras
+    features at sparse cost"."""
+    if getattr(self, "_row_state_built", False):
+      return
+    self._row_state_built = True
+    if self.gradient_accumulation_steps:
+      # Assigned whole, so tracked (in checkpoints).
+      self._touched_rows = [
+          self._add_row_variable(var, "gradient_accumulator_rows") for var in var_list
+      ]
+    elif self.use_ema and not tf.distribute.has_strategy():
+      self._average_synced = [self._add_row_variable(var, "average_synced") for var in var_list]
+      self._average_counts = [
+          self.add_variable(shape=(), initializer="zeros", dtype="int32",
+                            name=f"{_slot_prefix(var)}_average_count") for var in var_list
+      ]
+
+  def _add_row_variable(self, var, name):
+    """An int32 variable of one value per row of `var` (a scalar for a scalar)."""
+    return self.add_variable(shape=tuple(var.shape[:1]), initializer="zeros", dtype="int32",
+                             name=f"{_slot_prefix(var)}_{name}")
+
+  @property
+  def _lazy_average(self):
+    return getattr(self, "_average_synced", None) is not None
+
+  def _average_state(self, variable):
+    """(tf.Variable, its average, sync steps, count) of model or tf.Variable `variable`."""
+    index = self._get_variable_index(variable)
+    return (_tf_variable(variable), _tf_variable(self._model_variables_moving_average[index]),
+            _tf_variable(self._average_synced[index]), _tf_variable(self._average_counts[index]))
+
+  def _with_moving_average(self, gradient, variable, update):
+    """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
+    on the rows it changes."""
+    if not self._lazy_average:
+      return update()
+    var, average, synced, count = self._average_state(variable)
+    # The base class's momentum: 0 at the first step, which sets the average to the variable.
+    momentum = tf.cast(tf.not_equal(self.iterations, 0), var.dtype) * self.ema_momentum
+    return _core.moving_average_update(var, average, synced, count, gradient, self.ema_momentum,
+                                       momentum, update)
+
+  def _update_model_variables_moving_average(self, trainable_variables):
+    if not self._lazy_average:
+      return super()._update_model_variables_moving_average(trainable_variables)
+    # The averages of the rows the step changed moved in its update steps.
+    first = tf.equal(self.iterations, 0)
+    for variable in trainable_variables:
+      _core.moving_average_applied(*self._average_state(variable), first=first)
+
+  def _sync_moving_averages(self):
+    if self._lazy_average:
+      for variable in self._trainable_variables:
+        _core.sync_moving_average(*self._average_state(variable), self.ema_momentum)
+
+  def _overwrite_model_variables_with_average_value(self, trainable_variables):
+    self._sync_moving_averages()
+    return super()._overwrite_model_variables_with_average_value(trainable_variables)
+
+  def save_own_variables(self, store):
+    # A .keras file holds the averages up to date.
+    self._sync_moving_averages()
+    return super().save_own_variables(store)
+
+  def _backend_apply_gradients(self, grads, trainable_variables):
+    # Keras 3 accumulates every gradient densely, and applies and clears whole accumulators.
+    if (not self.gradient_accumulation_steps or not _core.has_sparse(grads) or
+        tf.distribute.has_strategy() or (_core.in_xla_context() and _core.dense_feature(
+            "gradient_accumulation_steps",
+            "inside XLA, whose shapes are static: the rows a window named are a data-dependent "
+            "number"))):
+      return super()._backend_apply_gradients(grads, trainable_variables)
+    steps = self.gradient_accumulation_steps
+    positions = [self._get_variable_index(v) for v in trainable_variables]
+    accumulators = [self._accumulated_gradients[i].value for i in positions]
+    touched = [self._touched_rows[i].value for i in positions]
+    sparse = [isinstance(g, tf.IndexedSlices) for g in grads]
+
+    def accumulate():
+      for grad, accumulator, rows, is_sparse in zip(grads, accumulators, touched, sparse):
+        if is_sparse:
+          _core.accumulate_rows(accumulator, rows, grad)
+        else:
+          accumulator.assign(accumulator + tf.cast(tf.convert_to_tensor(grad), accumulator.dtype))
+
+    def apply_window():
+      window, named = [], []
+      for grad, accumulator, rows, is_sparse in zip(grads, accumulators, touched, sparse):
+        if is_sparse:
+          average, window_rows = _core.window_gradient(accumulator, rows, grad, steps)
+        else:
+          average, window_rows = (tf.convert_to_tensor(grad) + accumulator) / steps, None
+        window.append(average)
+        named.append(window_rows)
+      window = self._clip_gradients(window)
+      self._apply_weight_decay(trainable_variables)
+      self._backend_update_step(window, trainable_variables, self.learning_rate)
+      for accumulator, rows, window_rows in zip(accumulators, touched, named):
+        if window_rows is not None:
+          _core.clear_rows(accumulator, rows, window_rows)
+        else:
+          accumulator.assign(tf.zeros_like(accumulator))
+
+    keras.ops.cond((self._iterations + 1) % steps == 0, apply_window, accumulate)
+    self._moving_average_step()
+
+  def _moving_average_step(self):
+    """The base class's EMA after a step (`_backend_apply_gradients`' end)."""
+    if not self.use_ema:
+      return
+    self._update_model_variables_moving_average(self._trainable_variables)
+    if self.ema_overwrite_frequency:
+      keras.ops.cond(
+          (self.iterations + 1) % self.ema_overwrite_frequency == 0,
+          lambda: self._overwrite_model_variables_with_average_value(self._trainable_variables),
+          lambda: None)
+
   def _apply_weight_decay(self, variables):
-    # A zero weight decay would rewrite every row of every table each step.
+    # Each variable is decayed in its update step, where its gradient says which rows
+    # (`_decay`).
+    return
+
+  def _decay(self, gradient, variable, learning_rate):
+    """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
+    # A zero weight decay would rewrite rows without changing a value.
     if _core.is_zero(self.weight_decay):
       return
-    super()._apply_weight_decay(variables)
+    # The model variable (update_step gets the tf.Variable it wraps): exclusions name it.
+    model_variable = self._trainable_variables[self._get_variable_index(variable)]
+    if self._use_weight_decay(model_variable):
+      _core.decay_weights(_tf_variable(variable), gradient, learning_rate, self.weight_decay)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -111,6 +260,7 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
     self._check_restored_slots(var_list)
     with _restore_hints.name_the_slot_layout(self):
       self._build_state(var_list)
+    self._build_row_state(var_list)
 
   def _build_state(self, var_list):
     if self.built or not self._light_slots.enabled:
@@ -130,9 +280,15 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
-    _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
-                    lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-                    step=self.iterations + 1, light=self._light_options(variable))
+
+    def update():
+      self._decay(gradient, variable, learning_rate)
+      return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
+                             lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
+                             epsilon=self.epsilon, step=self.iterations + 1,
+                             light=self._light_options(variable))
+
+    self._with_moving_average(gradient, variable, update)
 
   def get_config(self):
     config = super().get_config()
@@ -183,12 +339,18 @@ class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Opt
     # Assigned whole, so tracked: the lists are in checkpoints' object graphs (where
     # tf_opt_ops.convert_checkpoint finds the accumulators).
     self._accumulators, self.clipping_factors = accumulators, clipping_factors
+    self._build_row_state(var_list)
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
-    self._clippy_apply(gradient, variable, self._accumulators[index], factor, learning_rate,
-                       step=self.iterations + 1)
+
+    def update():
+      self._decay(gradient, variable, learning_rate)
+      return self._clippy_apply(gradient, variable, self._accumulators[index], factor,
+                                learning_rate, step=self.iterations + 1)
+
+    self._with_moving_average(gradient, variable, update)
 
   def get_config(self):
     config = super().get_config()

@@ -47,7 +47,66 @@ class _TfKerasMixin:
     # every table each step without changing a value.
     if _core.is_zero(self.weight_decay):
       return
-    super()._apply_weight_decay(variables)
+    # Each variable is decayed in its update step, where its gradient says which rows
+    # (`_decay`), but under DTensor and for shards of a sharded variable (whose Clippy scale
+    # is computed before the update steps, from the decayed values).
+    super()._apply_weight_decay([v for v in variables if self._decays_whole(v)])
+
+  def _decays_whole(self, variable):
+    return self._on_mesh or _core.sharded_container(variable) is not None
+
+  def _decay(self, gradient, variable):
+    """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
+    if _core.is_zero(self.weight_decay) or self._decays_whole(variable):
+      return
+    if self._use_weight_decay(variable):
+      _core.decay_weights(variable, gradient, self.learning_rate, self.weight_decay)
+
+  def _build_row_state(self, var_list):
+    """With EMA (outside tf.distribute and DTensor): each average's per-row sync step and its
+    count of EMA steps, which keep it at sparse cost. Why: see docs/optimizers.md, "Keras
+    features at sparse cost"."""
+    if ("_average_synced" in self.__dict__ or not self.use_ema or tf.distribute.has_strategy() or
+        self._on_mesh):
+      return
+    synced, counts = [], []
+    for var in var_list:
+      synced.append(
+          self.add_variable(shape=var.shape[:1], dtype=tf.int32,
+                            name=f"average_synced/{var._shared_name}"))
+      counts.append(
+          self.add_variable(shape=(), dtype=tf.int32, name=f"average_count/{var._shared_name}"))
+    self._average_synced, self._average_counts = synced, counts
+
+  @property
+  def _lazy_average(self):
+    return "_average_synced" in self.__dict__
+
+  def _average_state(self, variable):
+    index = self._index(variable)
+    return (variable, self._model_variables_moving_average[index], self._average_synced[index],
+            self._average_counts[index])
+
+  def _with_moving_average(self, gradient, variable, update):
+    """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
+    on the rows it changes."""
+    if not self._lazy_average:
+      return update()
+    return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
+                                       self.ema_momentum, update)
+
+  def _update_model_variables_moving_average(self, var_list):
+    if not self._lazy_average:
+      return super()._update_model_variables_moving_average(var_list)
+    # The averages of the rows the step changed moved in its update steps.
+    for variable in var_list:
+      _core.moving_average_applied(*self._average_state(variable))
+
+  def _overwrite_model_variables_with_average_value(self, var_list):
+    if self._lazy_average:
+      for variable in var_list:
+        _core.sync_moving_average(*self._average_state(variable), self.ema_momentum)
+    return super()._overwrite_model_variables_with_average_value(var_list)
 
   def _index(self, variable):
     return self._index_dict[self._var_key(variable)]
@@ -202,8 +261,10 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
     self._check_restored_slots(var_list)
     with self._restoring_into_shards(var_list), _restore_hints.name_the_slot_layout(self):
       if not self._light_slots.enabled:
-        return super().build(var_list)
-      self._build_light_state(var_list)
+        super().build(var_list)
+      else:
+        self._build_light_state(var_list)
+      self._build_row_state(var_list)
 
   def _build_light_state(self, var_list):
     # Adam.build's state (same names and order), in the light slots' dtypes and shapes.
@@ -224,10 +285,15 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
 
   def update_step(self, gradient, variable):
     index = self._index(variable)
-    return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
-                           lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                           epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh,
-                           light=self._light_options(variable))
+
+    def update():
+      self._decay(gradient, variable)
+      return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
+                             lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
+                             epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh,
+                             light=self._light_options(variable))
+
+    return self._with_moving_average(gradient, variable, update)
 
   def get_config(self):
     config = super().get_config()
@@ -264,6 +330,7 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
     self._check_restored_slots(var_list)
     with self._restoring_into_shards(var_list):
       self._build_state(var_list)
+      self._build_row_state(var_list)
 
   def _build_state(self, var_list):
     # Same variables, names and order as TensorFlow Recommenders' ClippyAdagrad.
@@ -322,9 +389,14 @@ class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.O
   def update_step(self, gradient, variable):
     key = self._var_key(variable)
     factor = self._factor_of[key] if self.export_clipping_factors else None
-    return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)], factor,
-                              self.learning_rate, key=key, on_mesh=self._on_mesh,
-                              step=self.iterations + 1)
+
+    def update():
+      self._decay(gradient, variable)
+      return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)],
+                                factor, self.learning_rate, key=key, on_mesh=self._on_mesh,
+                                step=self.iterations + 1)
+
+    return self._with_moving_average(gradient, variable, update)
 
   def get_config(self):
     config = super().get_config()

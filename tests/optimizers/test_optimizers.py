@@ -59,7 +59,6 @@ class FlavorCase:
   legacy_decay: bool  # has OptimizerV2's `decay` (learning rate / (1 + decay * step))
   jit_compile_attribute: bool  # tf_keras' `optimizer.jit_compile` (on by default with a GPU)
   loss_scale_factor: bool  # Keras 3's `loss_scale_factor`
-  global_clipnorm_densifies: bool  # clipping turns IndexedSlices dense (Keras 3)
   keras_multi_optimizer: bool  # keras.optimizers.MultiOptimizer holds our optimizers
 
 
@@ -87,7 +86,6 @@ FLAVORS = [
         legacy_decay=False,
         jit_compile_attribute=False,
         loss_scale_factor=True,
-        global_clipnorm_densifies=True,
         keras_multi_optimizer=True,
     ),
     FlavorCase(
@@ -110,7 +108,6 @@ FLAVORS = [
         legacy_decay=False,
         jit_compile_attribute=True,
         loss_scale_factor=False,
-        global_clipnorm_densifies=False,
         keras_multi_optimizer=False,
     ),
     FlavorCase(
@@ -135,7 +132,6 @@ FLAVORS = [
         legacy_decay=True,
         jit_compile_attribute=False,
         loss_scale_factor=False,
-        global_clipnorm_densifies=False,
         keras_multi_optimizer=False,
     ),
 ]
@@ -314,18 +310,6 @@ def test_callable_learning_rate(flavor, opt):
 @pytest.mark.parametrize("opt", OPTS)
 def test_legacy_decay(flavor, opt):
   check_learning_rates(flavor, opt, lambda: 0.1, [0.1 / (1 + 0.5 * k) for k in range(3)], decay=0.5)
-
-
-@pytest.mark.parametrize("flavor", flavors_where("global_clipnorm_densifies"), indirect=True)
-def test_global_clipnorm_densifies_like_stock_adam(flavor):
-  # Keras 3 turns IndexedSlices dense under global_clipnorm: standard Adam then.
-  init = np.random.default_rng(0).normal(size=(checks.ROWS, checks.COLS)).astype(np.float32)
-  out = []
-  for cls in (flavor.module.LazyAdam, flavor.stock_adam):
-    var = tf.Variable(init)
-    checks.train_table(cls(learning_rate=0.01, global_clipnorm=1.0), var, 3, seed=1)
-    out.append(var.numpy())
-  np.testing.assert_array_equal(out[0], out[1])
 
 
 @pytest.mark.parametrize("flavor", flavors_where("loss_scale_factor"), indirect=True)

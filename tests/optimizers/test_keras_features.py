@@ -1,0 +1,512 @@
+"""The Keras base classes' features (clipping, ...) on sparse gradients, at sparse cost.
+
+Each feature gives the numbers of its API's stock code (a NumPy restatement of
+it here, then the lazy update of the NumPy reference) while a sparse gradient
+stays an `IndexedSlices` up to the op and rows no step names keep their bits.
+Why: see docs/optimizers.md, "Keras features at sparse cost".
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import common
+from optimizer_checks import TOL
+from optimizer_checks import make_reference
+from tf_opt_ops import reference
+
+ROWS, COLS, BATCH, STEPS = 12, 3, 6, 3
+OPTIMIZERS = ("LazyAdam", "ClippyAdagrad")
+MODES = {
+    "eager": lambda f: f,
+    "function": tf.function,
+    "xla": lambda f: tf.function(f, jit_compile=True),
+}
+SPARSE_OPS = {
+    "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdam",
+    "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagrad",
+}
+# What turns an IndexedSlices into a dense tensor (tf.convert_to_tensor of one).
+DENSIFYING_OPS = {"UnsortedSegmentSum", "ScatterNd"}
+OPTIONS = dict(learning_rate=0.05)
+# The project's float32 tolerance against the reference (rtol 1e-5, atol 1e-6): the optimizer
+# computes its step's scalars (beta powers, the clip factor) in float32, the reference in
+# float64, and a dense gradient gets the flavor's own Adam arithmetic.
+FLOAT32_TOL = TOL["float32"]
+
+
+def _batches(seed=1, steps=STEPS):
+  """Per step: the table's (values, indices) with a duplicate and two rows never named, and a
+  dense bias gradient."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(steps):
+    indices = rng.integers(0, ROWS - 2, size=BATCH)
+    indices[1] = indices[0]
+    values = (3.0 * rng.normal(size=(BATCH, COLS))).astype(np.float32)
+    bias = rng.normal(size=(COLS,)).astype(np.float32)
+    out.append((values, indices, bias))
+  return out
+
+
+def _variables(flavor, seed=0):
+  rng = np.random.default_rng(seed)
+  table = rng.normal(size=(ROWS, COLS)).astype(np.float32)
+  bias = rng.normal(size=(COLS,)).astype(np.float32)
+  if flavor == "keras":
+    import keras  # pylint: disable=g-import-not-at-top
+    return keras.Variable(table, name="table"), keras.Variable(bias, name="bias")
+  return tf.Variable(table, name="table"), tf.Variable(bias, name="bias")
+
+
+def _sparse(values, indices):
+  return tf.IndexedSlices(values, indices, tf.constant([ROWS, COLS]))
+
+
+def _train_step(opt, table, bias=None):
+  """`opt.apply_gradients` of the table's sparse gradient (and the bias's dense one)."""
+
+  def step(values, indices, bias_grad=None):
+    pairs = [(_sparse(values, indices), table)]
+    if bias is not None:
+      pairs.append((bias_grad, bias))
+    opt.apply_gradients(pairs)
+
+  return step
+
+
+def _stock_clip(grads, clip):
+  """The clipped gradient values, as every API's stock code computes them (a slice's values
+  are clipped as they are, duplicate rows not summed first)."""
+  (name, c), = clip.items()
+  grads = [np.asarray(g, np.float32) for g in grads]
+  if name == "clipvalue":
+    return [np.clip(g, -c, c) for g in grads]
+  if name == "clipnorm":
+    return [g * c / max(np.sqrt(np.sum(g * g)), c) for g in grads]
+  norm = np.sqrt(sum(np.sum(g * g) for g in grads))
+  return [g * (c * min(1.0 / norm, 1.0 / c)) for g in grads]
+
+
+def _graph_op_types(fn, *args):
+  """Op types of `fn`'s graph and the graphs of the functions it calls."""
+  graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
+  types = {node.op for node in graph_def.node}
+  for function in graph_def.library.function:
+    types.update(node.op for node in function.node_def)
+  return types
+
+
+CLIPS = {
+    "clipnorm": dict(clipnorm=1.5), "clipvalue": dict(clipvalue=0.5),
+    "global_clipnorm": dict(global_clipnorm=2.0)
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("clip", CLIPS)
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_clipping_is_stocks_on_the_named_rows(flavor, opt_name, clip, mode):
+  """The lazy update of the stock-clipped gradient; the table's gradient reaches the sparse op
+  as an IndexedSlices."""
+  table, bias = _variables(flavor)
+  opt = getattr(common.flavor_module(flavor), opt_name)(**OPTIONS, **CLIPS[clip])
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=OPTIONS)
+
+  step = MODES[mode](_train_step(opt, table, bias))
+  for values, indices, bias_grad in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    clipped_values, clipped_bias = _stock_clip([values, bias_grad], CLIPS[clip])
+    table_ref.sparse(clipped_values.astype(np.float64), indices)
+    bias_ref.dense(clipped_bias.astype(np.float64))
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_global_clipnorm_with_light_state(flavor):
+  """LazyAdam with a row-wise second moment clips as stock and updates lazily."""
+  table, _ = _variables(flavor)
+  opt = common.flavor_module(flavor).LazyAdam(**OPTIONS, global_clipnorm=2.0,
+                                              rowwise_second_moment=True)
+  var = table.numpy().copy()
+  m, v = np.zeros_like(var), np.zeros(ROWS, np.float32)
+  step = tf.function(_train_step(opt, table))
+  for t, (values, indices, _) in enumerate(_batches(), start=1):
+    step(tf.constant(values), tf.constant(indices))
+    clipped, = _stock_clip([values], dict(global_clipnorm=2.0))
+    var, m, v = reference.sparse_lazy_adam(var, m, v, clipped, indices, "float32", lr=0.05,
+                                           beta1=0.9, beta2=0.999, epsilon=1e-7, beta1_power=0.9**t,
+                                           beta2_power=0.999**t, rowwise_second_moment=True)
+    np.testing.assert_allclose(table.numpy(), var, **FLOAT32_TOL)
+
+
+# ----------------------------------------------------------------------------- accumulation
+
+ACCUMULATION_STEPS = 3
+WINDOWS = 2
+
+
+def _window_reference(opt_name, options, clip=None, dense=False):
+  """The references of table and bias after each micro-step: Keras 3's average of the window's
+  gradients (clipped as stock clips it), applied lazily on the rows the window named (`dense`:
+  on every row, as Keras 3 applies it)."""
+  table, bias = _variables("keras")
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=options)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=options)
+  acc, acc_bias, named = np.zeros((ROWS, COLS), np.float32), np.zeros(COLS, np.float32), set()
+  after = []
+  for k, (values, indices, bias_grad) in enumerate(_micro_batches(), start=1):
+    np.add.at(acc, indices, values)
+    acc_bias += bias_grad
+    named.update(indices.tolist())
+    if k % ACCUMULATION_STEPS == 0:
+      rows = np.arange(ROWS) if dense else np.array(sorted(named))
+      window = [acc[rows] / ACCUMULATION_STEPS, acc_bias / ACCUMULATION_STEPS]
+      if clip:
+        window = _stock_clip(window, clip)
+      table_ref.sparse(window[0].astype(np.float64), rows)
+      bias_ref.dense(window[1].astype(np.float64))
+      acc[:], acc_bias[:], named = 0, 0, set()
+    after.append((table_ref.values().copy(), bias_ref.values().copy()))
+  return after
+
+
+def _micro_batches():
+  """The micro-steps of WINDOWS windows and one into the next."""
+  return _batches(seed=7, steps=ACCUMULATION_STEPS * WINDOWS + 1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("clip", [None, "global_clipnorm"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mode):
+  """Keras 3's window average, applied lazily on the rows the window named; rows no micro-step
+  named keep their bits; the accumulator is cleared after each window. Inside XLA (static
+  shapes) the base class's dense accumulation runs, with its numbers."""
+  import keras  # pylint: disable=g-import-not-at-top
+  table, bias = _variables("keras")
+  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS)
+  opt = getattr(common.flavor_module("keras"), opt_name)(**options, **CLIPS.get(clip, {}))
+  dense = mode == "xla"
+  want = _window_reference(opt_name, OPTIONS, CLIPS.get(clip), dense=dense)
+  step = MODES[mode](_train_step(opt, table, bias))
+  initial = table.numpy().copy()
+  named = set()
+  for k, (values, indices, bias_grad) in enumerate(_micro_batches(), start=1):
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    named.update(indices.tolist())
+    np.testing.assert_allclose(table.numpy(), want[k - 1][0], **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), want[k - 1][1], **FLOAT32_TOL)
+  never = np.setdiff1d(np.arange(ROWS), sorted(named))
+  np.testing.assert_array_equal(table.numpy()[never], initial[never])
+  assert int(opt.iterations.numpy()) == WINDOWS
+  # One micro-step into the third window: its rows only are in the accumulator.
+  values, indices, _ = _micro_batches()[-1]
+  pending = np.zeros((ROWS, COLS), np.float32)
+  np.add.at(pending, indices, values)
+  accumulator = keras.ops.convert_to_numpy(opt._accumulated_gradients[0])
+  np.testing.assert_allclose(accumulator, pending, **FLOAT32_TOL)
+  if not dense:
+    marks = keras.ops.convert_to_numpy(opt._touched_rows[0])
+    np.testing.assert_array_equal(marks, np.isin(np.arange(ROWS), indices).astype(np.int32))
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _micro_batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_name):
+  """A checkpoint written inside a window restores the window's rows and marks: the resumed run
+  equals the uninterrupted one bit for bit."""
+  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS)
+  batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS)
+
+  def run(start, stop, table, bias, opt):
+    step = tf.function(_train_step(opt, table, bias))
+    for values, indices, bias_grad in batches[start:stop]:
+      step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+
+  make = getattr(common.flavor_module("keras"), opt_name)
+  whole = (*_variables("keras"), make(**options))
+  run(0, len(batches), *whole)
+  first = (*_variables("keras"), make(**options))
+  half = len(_micro_batches())  # one micro-step into a window
+  run(0, half, *first)
+  path = tf.train.Checkpoint(table=first[0], bias=first[1], opt=first[2]).save(tmp_path / "ckpt")
+  resumed = (*_variables("keras", seed=5), make(**options))
+  resumed[2].build([resumed[0], resumed[1]])
+  tf.train.Checkpoint(table=resumed[0], bias=resumed[1], opt=resumed[2]).restore(path)
+  run(half, len(batches), *resumed)
+  for ours, theirs in zip(
+      list(resumed[:2]) + resumed[2].variables,
+      list(whole[:2]) + whole[2].variables):
+    np.testing.assert_array_equal(np.asarray(ours.numpy()), np.asarray(theirs.numpy()))
+
+
+# ----------------------------------------------------------------------------- weight decay
+
+WEIGHT_DECAY = 0.1
+DECAY_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no weight decay
+
+
+def _stock_decay(ref, rows, lr=OPTIONS["learning_rate"]):
+  """Stock `var -= var * wd * lr` (in float32) on `rows` of reference `ref`'s variable."""
+  var = ref.var
+  decayed = var[rows] - var[rows] * np.float32(WEIGHT_DECAY) * np.float32(lr)
+  var[rows] = decayed.astype(var.dtype)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("exclude_bias", [False, True], ids=["all", "exclude-bias"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", DECAY_FLAVORS)
+def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mode):
+  """A sparse gradient's rows are decayed as stock decays a variable, then updated; rows it does
+  not name keep their bits; a dense gradient's variable is decayed whole; exclusions hold."""
+  table, bias = _variables(flavor)
+  opt = getattr(common.flavor_module(flavor), opt_name)(**OPTIONS, weight_decay=WEIGHT_DECAY)
+  if exclude_bias:
+    opt.exclude_from_weight_decay(var_names=["bias"])
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=OPTIONS)
+  step = MODES[mode](_train_step(opt, table, bias))
+  for values, indices, bias_grad in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    _stock_decay(table_ref, np.unique(indices))
+    if not exclude_bias:
+      _stock_decay(bias_ref, slice(None))
+    table_ref.sparse(values.astype(np.float64), indices)
+    bias_ref.dense(bias_grad.astype(np.float64))
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+# ----------------------------------------------------------------------------- EMA
+
+EMA_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no EMA
+EMA_MOMENTUM = 0.8
+EMA_STEPS = 5
+
+
+def _average_variables(opt):
+  return list(getattr(opt, "_model_variables_moving_average", []))
+
+
+class _StockAverage:
+  """The flavor's stock EMA of (table, bias) in float32: Keras 3 starts from zeros and sets the
+  average to the variable at its first step; tf_keras starts from the variable."""
+
+  def __init__(self, flavor, values):
+    self.flavor = flavor
+    self.averages = [np.array(v, np.float32) for v in values]
+    self.steps = 0
+
+  def step(self, values):
+    m = np.float32(0.0 if self.flavor == "keras" and self.steps == 0 else EMA_MOMENTUM)
+    self.averages = [
+        m * a + (np.float32(1) - m) * np.float32(v) for a, v in zip(self.averages, values)
+    ]
+    self.steps += 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("overwrite", [None, 2], ids=["finalize", "overwrite-2"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", EMA_FLAVORS)
+def test_ema_is_stocks_and_touches_the_updated_rows(flavor, opt_name, overwrite, mode):
+  """The variables (overwritten every `overwrite` steps) and the averages (after
+  finalize_variable_values) are stock EMA's; between reads a step writes the average rows its
+  gradient names only."""
+  table, bias = _variables(flavor)
+  opt = getattr(common.flavor_module(flavor), opt_name)(**OPTIONS, use_ema=True,
+                                                        ema_momentum=EMA_MOMENTUM,
+                                                        ema_overwrite_frequency=overwrite)
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=OPTIONS)
+  stock = _StockAverage(flavor, [table.numpy(), bias.numpy()])
+  step = MODES[mode](_train_step(opt, table, bias))
+  for t, (values, indices, bias_grad) in enumerate(_batches(steps=EMA_STEPS)):
+    averages_before = [np.asarray(a.numpy()).copy() for a in _average_variables(opt)]
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    table_ref.sparse(values.astype(np.float64), indices)
+    bias_ref.dense(bias_grad.astype(np.float64))
+    stock.step([table_ref.var, bias_ref.var])
+    if overwrite and (t + 1) % overwrite == 0:
+      table_ref.var, bias_ref.var = (a.copy() for a in stock.averages)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
+    if averages_before and t > 0 and not (overwrite and (t + 1) % overwrite == 0):
+      untouched = np.setdiff1d(np.arange(ROWS), indices)
+      after = np.asarray(_average_variables(opt)[0].numpy())
+      np.testing.assert_array_equal(after[untouched], averages_before[0][untouched])
+  opt.finalize_variable_values([table, bias])
+  np.testing.assert_allclose(table.numpy(), stock.averages[0], **FLOAT32_TOL)
+  np.testing.assert_allclose(bias.numpy(), stock.averages[1], **FLOAT32_TOL)
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", EMA_FLAVORS)
+def test_ema_resumes_from_a_checkpoint_bit_identical(tmp_path, flavor, opt_name):
+  """A checkpoint keeps the averages with their sync steps: the resumed run's variables, state
+  and final averages equal the uninterrupted run's bit for bit."""
+  options = dict(OPTIONS, use_ema=True, ema_momentum=EMA_MOMENTUM)
+  batches = _batches(steps=2 * EMA_STEPS)
+  make = getattr(common.flavor_module(flavor), opt_name)
+
+  def run(start, stop, table, bias, opt):
+    step = tf.function(_train_step(opt, table, bias))
+    for values, indices, bias_grad in batches[start:stop]:
+      step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+
+  whole = (*_variables(flavor), make(**options))
+  run(0, len(batches), *whole)
+  first = (*_variables(flavor), make(**options))
+  run(0, EMA_STEPS, *first)
+  path = tf.train.Checkpoint(table=first[0], bias=first[1], opt=first[2]).save(tmp_path / "ckpt")
+  resumed = (*_variables(flavor, seed=5), make(**options))
+  resumed[2].build([resumed[0], resumed[1]])
+  tf.train.Checkpoint(table=resumed[0], bias=resumed[1], opt=resumed[2]).restore(path)
+  run(EMA_STEPS, len(batches), *resumed)
+  for run_ in (whole, resumed):
+    run_[2].finalize_variable_values([run_[0], run_[1]])
+  state = [_all_values(r) for r in (resumed, whole)]
+  assert len(state[0]) == len(state[1])
+  for ours, theirs in zip(*state):
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def _all_values(run_):
+  """The model variables and the optimizer's, as NumPy arrays."""
+  table, bias, opt = run_
+  opt_vars = opt.variables() if callable(opt.variables) else opt.variables
+  return [np.asarray(v.numpy()) for v in [table, bias, *opt_vars]]
+
+
+# ----------------------------------------------------------------------------- Keras 3 routing
+
+
+def test_keras3_multi_optimizer_trains_and_resumes_from_a_keras_file(tmp_path):
+  """keras.optimizers.MultiOptimizer with ours inside: sparse rows stay lazy, and a `.keras`
+  round trip resumes training bit for bit."""
+  import keras  # pylint: disable=g-import-not-at-top
+  from optimizer_checks import EMB_USED, embedding_data, embedding_model  # pylint: disable=g-import-not-at-top
+  api = common.flavor_module("keras")
+  keras.utils.set_random_seed(0)
+  model = embedding_model(keras)
+  optimizer = keras.optimizers.MultiOptimizer(
+      keras.optimizers.OptimizerMap(default_optimizer=api.ClippyAdagrad(learning_rate=0.1),
+                                    optimizer_map={"emb/.*": api.LazyAdam(learning_rate=0.01)}))
+  model.compile(optimizer=optimizer, loss="mse")
+  before = np.array(model.get_layer("emb").embeddings.numpy())
+  x, y = embedding_data()
+  model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False)
+  after = np.array(model.get_layer("emb").embeddings.numpy())
+  np.testing.assert_array_equal(after[EMB_USED:], before[EMB_USED:])
+  assert np.abs(after[:EMB_USED] - before[:EMB_USED]).max() > 1e-5
+  assert [type(o).__name__ for o in optimizer.optimizers] == ["LazyAdam", "ClippyAdagrad"]
+  model.save(tmp_path / "model.keras")
+  loaded = keras.models.load_model(tmp_path / "model.keras")
+  assert [type(o) for o in loaded.optimizer.optimizers] == [api.LazyAdam, api.ClippyAdagrad]
+  for m in (model, loaded):
+    m.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False)
+  for ours, theirs in zip(loaded.get_weights(), model.get_weights()):
+    np.testing.assert_array_equal(ours, theirs)
+  for ours, theirs in zip(loaded.optimizer.variables, model.optimizer.variables):
+    np.testing.assert_array_equal(np.asarray(ours.numpy()), np.asarray(theirs.numpy()))
+
+
+@pytest.mark.parametrize("flavor", DECAY_FLAVORS)
+def test_features_through_our_router(flavor):
+  """Features set on an optimizer inside our CompositeOptimizer run there at sparse cost:
+  global_clipnorm (over that optimizer's gradients) and weight decay on the table's rows."""
+  api = common.flavor_module(flavor)
+  table, bias = _variables(flavor)
+  inner = api.LazyAdam(**OPTIONS, global_clipnorm=2.0, weight_decay=WEIGHT_DECAY)
+  router = api.CompositeOptimizer([(inner, lambda: [table]),
+                                   (api.ClippyAdagrad(**OPTIONS), lambda: [bias])])
+  table_ref = make_reference("LazyAdam", table.numpy().astype(np.float64), options=OPTIONS)
+  step = tf.function(_train_step(router, table, bias))
+  for values, indices, bias_grad in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    clipped, = _stock_clip([values], dict(global_clipnorm=2.0))
+    _stock_decay(table_ref, np.unique(indices))
+    table_ref.sparse(clipped.astype(np.float64), indices)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+  assert SPARSE_OPS["LazyAdam"] in types
+  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+# ----------------------------------------------------------------------------- mixed precision
+
+LOSS_SCALE = 128.0
+
+
+def _loss_scaled(wrapper, flavor, opt_name):
+  """(optimizer, unscale(grads)) of `opt_name` in `flavor` under loss-scale `wrapper`."""
+  make = getattr(common.flavor_module(flavor), opt_name)
+  if wrapper == "loss_scale_factor":
+    return make(**OPTIONS, loss_scale_factor=LOSS_SCALE), lambda grads: grads
+  if flavor == "keras":
+    import keras  # pylint: disable=g-import-not-at-top
+    opt = keras.optimizers.LossScaleOptimizer(make(**OPTIONS), initial_scale=LOSS_SCALE)
+    return opt, lambda grads: grads  # its apply unscales
+  from tf_opt_ops import _keras2  # pylint: disable=g-import-not-at-top
+  opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(**OPTIONS), dynamic=False,
+                                                             initial_scale=LOSS_SCALE)
+  return opt, opt.get_unscaled_gradients
+
+
+LOSS_SCALED = [("keras", "LossScaleOptimizer"), ("keras", "loss_scale_factor"),
+               ("tf_keras", "LossScaleOptimizer"), ("legacy", "LossScaleOptimizer")]
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
+def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
+  """Each API's loss scaling around ours unscales and checks the slices' values only: the update
+  is the reference's of the unscaled gradient, lazily, with no densifying op."""
+  table, _ = _variables(flavor)
+  opt, unscale = _loss_scaled(wrapper, flavor, opt_name)
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+
+  @tf.function
+  def step(values, indices):
+    grads = unscale([_sparse(values * LOSS_SCALE, indices)])
+    opt.apply_gradients([(grads[0], table)])
+
+  for values, indices, _ in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices))
+    table_ref.sparse(values.astype(np.float64), indices)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    untouched = np.setdiff1d(np.arange(ROWS), indices)
+    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+  types = _graph_op_types(step, *map(tf.constant, _batches()[0][:2]))
+  assert SPARSE_OPS[opt_name] in types
+  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
