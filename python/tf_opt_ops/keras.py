@@ -14,6 +14,7 @@ from tf_opt_ops import _core
 from tf_opt_ops import _keras3  # ImportError on TensorFlow 2.15
 from tf_opt_ops import _registry
 from tf_opt_ops import _restore_hints
+from tf_opt_ops import _tf_private
 from tf_opt_ops._keras3 import keras
 from tf_opt_ops.routers.keras import CompositeOptimizer
 from tf_opt_ops.routers.keras import MultiOptimizer
@@ -166,7 +167,7 @@ class _Keras3Mixin:
   def _backend_apply_gradients(self, grads, trainable_variables):
     # Keras 3 accumulates every gradient densely, and applies and clears whole accumulators.
     if (not self.gradient_accumulation_steps or not _core.has_sparse(grads) or
-        tf.distribute.has_strategy() or (_core.in_xla_context() and _core.dense_feature(
+        tf.distribute.has_strategy() or (_tf_private.in_xla_context() and _core.dense_feature(
             "gradient_accumulation_steps",
             "inside XLA, whose shapes are static: the rows a window named are a data-dependent "
             "number"))):

@@ -71,11 +71,10 @@ class _TfKerasMixin:
       return
     synced, counts = [], []
     for var in var_list:
+      name = _tf_private.shared_name(var)
       synced.append(
-          self.add_variable(shape=var.shape[:1], dtype=tf.int32,
-                            name=f"average_synced/{var._shared_name}"))
-      counts.append(
-          self.add_variable(shape=(), dtype=tf.int32, name=f"average_count/{var._shared_name}"))
+          self.add_variable(shape=var.shape[:1], dtype=tf.int32, name=f"average_synced/{name}"))
+      counts.append(self.add_variable(shape=(), dtype=tf.int32, name=f"average_count/{name}"))
     self._average_synced, self._average_counts = synced, counts
 
   @property

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_opt_ops import reference
+
 import common
 from optimizer_checks import TOL
 from optimizer_checks import make_reference
-from tf_opt_ops import reference
 
 ROWS, COLS, BATCH, STEPS = 12, 3, 6, 3
 OPTIMIZERS = ("LazyAdam", "ClippyAdagrad")
@@ -54,7 +55,7 @@ def _variables(flavor, seed=0):
   table = rng.normal(size=(ROWS, COLS)).astype(np.float32)
   bias = rng.normal(size=(COLS,)).astype(np.float32)
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     return keras.Variable(table, name="table"), keras.Variable(bias, name="bias")
   return tf.Variable(table, name="table"), tf.Variable(bias, name="bias")
 
@@ -193,7 +194,7 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
   """Keras 3's window average, applied lazily on the rows the window named; rows no micro-step
   named keep their bits; the accumulator is cleared after each window. Inside XLA (static
   shapes) the base class's dense accumulation runs, with its numbers."""
-  import keras  # pylint: disable=g-import-not-at-top
+  import keras
   table, bias = _variables("keras")
   options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS)
   opt = getattr(common.flavor_module("keras"), opt_name)(**options, **CLIPS.get(clip, {}))
@@ -410,8 +411,11 @@ def _all_values(run_):
 def test_keras3_multi_optimizer_trains_and_resumes_from_a_keras_file(tmp_path):
   """keras.optimizers.MultiOptimizer with ours inside: sparse rows stay lazy, and a `.keras`
   round trip resumes training bit for bit."""
-  import keras  # pylint: disable=g-import-not-at-top
-  from optimizer_checks import EMB_USED, embedding_data, embedding_model  # pylint: disable=g-import-not-at-top
+  import keras
+
+  from optimizer_checks import EMB_USED
+  from optimizer_checks import embedding_data
+  from optimizer_checks import embedding_model
   api = common.flavor_module("keras")
   keras.utils.set_random_seed(0)
   model = embedding_model(keras)
@@ -473,10 +477,10 @@ def _loss_scaled(wrapper, flavor, opt_name):
   if wrapper == "loss_scale_factor":
     return make(**OPTIONS, loss_scale_factor=LOSS_SCALE), lambda grads: grads
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     opt = keras.optimizers.LossScaleOptimizer(make(**OPTIONS), initial_scale=LOSS_SCALE)
     return opt, lambda grads: grads  # its apply unscales
-  from tf_opt_ops import _keras2  # pylint: disable=g-import-not-at-top
+  from tf_opt_ops import _keras2
   opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(**OPTIONS), dynamic=False,
                                                              initial_scale=LOSS_SCALE)
   return opt, opt.get_unscaled_gradients

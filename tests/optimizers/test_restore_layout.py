@@ -77,9 +77,9 @@ def _keras_file(flavor, api):
 
 def _keras(flavor):
   if flavor == "keras":
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
     return keras
-  import tf_keras  # pylint: disable=g-import-not-at-top
+  import tf_keras
   return tf_keras
 
 
@@ -124,7 +124,7 @@ def _step(model, optimizer):
 
 def _build(model, optimizer):
   if hasattr(optimizer, "_create_all_weights"):
-    optimizer._create_all_weights(model.trainable_variables)  # pylint: disable=protected-access
+    optimizer._create_all_weights(model.trainable_variables)
   else:
     optimizer.build(model.trainable_variables)
 
