@@ -3,7 +3,7 @@
 Each entry maps an imported symbol to "target@VERSION": every reference to the
 symbol in the link is redirected to `target` at that older version.
 version_pins.bzl turns the table into trampolines and linker flags;
-tests/test_portability.py reads it too, so keep this file a plain dict literal.
+tests/packaging/test_portability.py reads it too, so keep this file a plain dict literal.
 
 Why: the host glibc (2.36 here) and libstdc++ (GCC 12) bind plain references to
 their newest versions, which TensorFlow's own libtensorflow_framework.so.2

@@ -9,7 +9,7 @@ they are, whatever the function's signature.
 
 The link must use GNU ld (BFD): gold applies --wrap to the versioned
 reference inside the trampoline too, which makes each trampoline jump to
-itself. tests/test_portability.py checks that every trampoline in the built
+itself. tests/packaging/test_portability.py checks that every trampoline in the built
 library reaches its pinned import.
 """
 
