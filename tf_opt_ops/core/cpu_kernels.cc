@@ -69,15 +69,32 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad
   return scale;
 }
 
-// The unique rows of a sparse gradient and each one's summed gradient row.
-template <typename T, typename Tindex>
-absl::Status GroupAndSumRows(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
-                             RowGroups* groups, SummedGradRows<T>* grad_rows) {
-  absl::Status status =
-      GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, groups);
-  if (!status.ok()) return status;
-  return grad_rows->Init(pool, *groups, grad.grad, grad.row_size);
-}
+// The touched rows of a sparse update: the distinct rows of its indices,
+// each one's summed gradient row, and where each lies in the tables.
+template <typename T>
+struct TouchedRows {
+  template <typename Tindex>
+  absl::Status Init(const CpuPool& pool, const SparseGrad<T, Tindex>& grad) {
+    dim = grad.row_size;
+    absl::Status status =
+        GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
+    if (!status.ok()) return status;
+    return grad_rows.Init(pool, groups, grad.grad, dim);
+  }
+
+  // The offset of distinct row u in the tables (64-bit: tables past 2^31
+  // elements) and its length.
+  auto offset() const {
+    return [rows = groups.rows(), dim = dim](int64_t u) { return rows[u] * dim; };
+  }
+  auto length() const {
+    return [dim = dim](int64_t) { return dim; };
+  }
+
+  RowGroups groups;
+  SummedGradRows<T> grad_rows;
+  int64_t dim = 0;
+};
 
 }  // namespace
 
@@ -85,24 +102,22 @@ template <typename T, typename S, typename Tindex>
 absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
                                  S* m, S* v, const AdamStep<ComputeT<T>>& step,
                                  const AdamStateLayout& layout) {
-  RowGroups groups;
-  SummedGradRows<T> grad_rows;
-  absl::Status status = GroupAndSumRows(pool, grad, &groups, &grad_rows);
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
   if (!status.ok()) return status;
-  const int64_t dim = grad.row_size;
-  const int64_t* rows = groups.rows();
-  // 64-bit offsets: tables past 2^31 elements.
-  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
-  const auto length = [dim](int64_t) { return dim; };
+  const int64_t dim = touched.dim;
+  const int64_t* rows = touched.groups.rows();
+  const auto offset = touched.offset();
+  const auto length = touched.length();
   const bool rowwise = layout.rowwise_second_moment;
   // Per row: read var, m, v, g; write var, m, v.
   const double v_bytes = rowwise ? sizeof(S) : dim * sizeof(S);
   const Eigen::TensorOpCost cost(dim * (2.0 * sizeof(T) + sizeof(S)) + v_bytes,
                                  dim * (1.0 * sizeof(T) + sizeof(S)) + v_bytes, 20.0 * dim);
-  grad_rows.Visit([&](const auto* g) {
+  touched.grad_rows.Visit([&](const auto* g) {
     WithRounding<S>(layout.stochastic_rounding, [&](auto stochastic) {
       constexpr bool kStochastic = decltype(stochastic)::value;
-      ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+      ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
         if (rowwise) {
           ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v, dim)}, offset, length,
                       [&](int64_t u, int64_t o) {
@@ -140,18 +155,14 @@ template <typename T, typename A, typename Tindex>
 absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
                                       T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
                                       ComputeT<T>* scale) {
-  RowGroups groups;
-  SummedGradRows<T> grad_rows;
-  absl::Status status = GroupAndSumRows(pool, grad, &groups, &grad_rows);
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
   if (!status.ok()) return status;
-  const int64_t dim = grad.row_size;
-  const int64_t* rows = groups.rows();
-  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
-  const auto length = [dim](int64_t) { return dim; };
+  const int64_t dim = touched.dim;
   const auto grad_offset = [dim](int64_t u) { return u * dim; };
-  grad_rows.Visit([&](const auto* g) {
-    *scale = ClippyTwoPasses(pool, var, accum, g, groups.num_unique(), dim, offset, length,
-                             grad_offset, step);
+  touched.grad_rows.Visit([&](const auto* g) {
+    *scale = ClippyTwoPasses(pool, var, accum, g, touched.groups.num_unique(), dim,
+                             touched.offset(), touched.length(), grad_offset, step);
   });
   return absl::OkStatus();
 }

@@ -21,19 +21,6 @@
 
 namespace tf_opt_ops {
 
-// Eigen's 16-bit types, for stochastic rounding (optimizer_math.h).
-template <>
-struct HalfKindOf<Eigen::half> {
-  static constexpr HalfKind value = HalfKind::kFloat16;
-};
-template <>
-struct HalfKindOf<Eigen::bfloat16> {
-  static constexpr HalfKind value = HalfKind::kBfloat16;
-  static Eigen::bfloat16 FromBits(uint16_t bits) {
-    return Eigen::numext::bit_cast<Eigen::bfloat16>(bits);
-  }
-};
-
 // Updates that move less than this run on the calling thread: waking a pool
 // thread costs more than such an update takes on one core.
 constexpr double kInlineBytes = 1 << 20;

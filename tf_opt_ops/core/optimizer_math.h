@@ -24,6 +24,12 @@
 
 #define TF_OPT_OPS_RESTRICT __restrict__
 
+// Eigen's 16-bit types, for HalfKindOf below.
+namespace Eigen {
+struct half;
+struct bfloat16;
+}  // namespace Eigen
+
 namespace tf_opt_ops {
 
 // Compute type: double stays double, everything narrower computes in float.
@@ -148,8 +154,9 @@ struct AdamStateLayout {
 };
 
 // Which 16-bit format a slot type is (none: float and double, which hold a
-// float compute value exactly). Specialized for the CUDA types here and for
-// Eigen's in cpu_row_loops.h, which sees Eigen.
+// float compute value exactly), for the CUDA types and for Eigen's. Eigen's
+// are only declared here (this header includes no Eigen); FromBits, a
+// template, is compiled where the type is complete.
 enum class HalfKind { kNone, kFloat16, kBfloat16 };
 template <typename S>
 struct HalfKindOf {
@@ -168,6 +175,20 @@ struct HalfKindOf<__nv_bfloat16> {
   }
 };
 #endif
+template <>
+struct HalfKindOf<Eigen::half> {
+  static constexpr HalfKind value = HalfKind::kFloat16;
+};
+template <>
+struct HalfKindOf<Eigen::bfloat16> {
+  static constexpr HalfKind value = HalfKind::kBfloat16;
+  template <typename B = Eigen::bfloat16>
+  static B FromBits(uint16_t bits) {
+    B out;
+    __builtin_memcpy(static_cast<void*>(&out), &bits, sizeof(out));  // trivially copyable
+    return out;
+  }
+};
 
 TF_OPT_OPS_HOST_DEVICE uint32_t FloatBits(float x) {
 #if defined(__CUDA_ARCH__)
@@ -303,12 +324,6 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamS
   *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
   *v = StoreSlot<kStochastic, S>(v_t, noise.v, j);
   *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
-}
-
-// The same with slots of the table's type, rounded to nearest.
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, T* m, T* v, C g, const AdamStep<C>& s) {
-  LazyAdamElement<false, T, T, C>(var, m, v, g, s, RowNoise{0, 0}, 0);
 }
 
 // One touched row of `n` elements: a plain loop over restrict pointers that

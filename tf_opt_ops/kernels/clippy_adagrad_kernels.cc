@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
+#include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
@@ -102,45 +103,45 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace clippy_adagrad;  // NOLINT: the input names
     LockedVariables<Device, T> vars;
     OP_REQUIRES_OK(
-        ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/kSparse, {0, 1}, {"var", "accum"},
+        ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/kSparse, {kVar, kAccum},
+                          {kVariableNames, kVariableNames + kNumVariables},
                           {tensorflow::DataTypeToEnum<T>::v(), tensorflow::DataTypeToEnum<A>::v()},
                           /*row_slot=*/-1));
-    ClippyStep<C> step;
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 2, "lr", &step.lr));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "epsilon", &step.epsilon));
-    OP_REQUIRES_OK(
-        ctx, ReadScalar(ctx, 4, "variable_relative_threshold", &step.variable_relative_threshold));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 5, "accumulator_relative_threshold",
-                                   &step.accumulator_relative_threshold));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 6, "absolute_threshold", &step.absolute_threshold));
-    step.clip_accumulator_update = clip_accumulator_update_;
-    step.use_standard_accumulator_update = use_standard_accumulator_update_;
+    C hyper[kNumHyperparameters];
+    for (int k = 0; k < kNumHyperparameters; ++k) {
+      OP_REQUIRES_OK(ctx,
+                     ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k], &hyper[k]));
+    }
+    ClippyStep<C> step =
+        MakeStep(hyper, clip_accumulator_update_, use_standard_accumulator_update_);
     if (kLight) {
       int64_t t = 0;
-      OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kSparse ? 9 : 8, "step", &t));
+      OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, StepInput(kSparse), "step", &t));
       step.stochastic_rounding = stochastic_rounding_;
       step.noise_key = ClippyNoiseKey(static_cast<uint64_t>(seed_), t);
     }
-    const Tensor& grad = ctx->input(7);
+    const Tensor& grad = ctx->input(kGrad);
+    Tensor* var = vars.tensor(kVar);
+    Tensor* accum = vars.tensor(kAccum);
     Tensor* scale = nullptr;
     if constexpr (kSparse) {
-      const Tensor& indices = ctx->input(8);
-      OP_REQUIRES_OK(ctx,
-                     ValidateSparseGrad(vars.tensor(0)->shape(), grad.shape(), indices.shape()));
+      const Tensor& indices = ctx->input(kIndices);
+      OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
       if (indices.NumElements() == 0) {  // nothing touched: nothing clipped
         OP_REQUIRES_OK(ctx, SetScaleToOne(ctx, scale));
         return;
       }
       OP_REQUIRES_OK(ctx, functor::SparseApplyClippyAdagrad<Device, T, A, Tindex>()(
-                              ctx, indices, grad, vars.tensor(0), vars.tensor(1), step, scale));
+                              ctx, indices, grad, var, accum, step, scale));
     } else {
-      OP_REQUIRES_OK(ctx, ValidateDenseGrad(vars.tensor(0)->shape(), grad.shape()));
+      OP_REQUIRES_OK(ctx, ValidateDenseGrad(var->shape(), grad.shape()));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
-      OP_REQUIRES_OK(ctx, functor::ApplyClippyAdagrad<Device, T, A>()(ctx, grad, vars.tensor(0),
-                                                                      vars.tensor(1), step, scale));
+      OP_REQUIRES_OK(
+          ctx, functor::ApplyClippyAdagrad<Device, T, A>()(ctx, grad, var, accum, step, scale));
     }
   }
 
@@ -167,84 +168,53 @@ absl::Status ClippyAdagradOp<Device, T, A, Tindex, kSparse, kLight>::SetScaleToO
   return absl::OkStatus();
 }
 
-#define TF_OPT_OPS_REGISTER_CPU(T)                                                     \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceApplyClippyAdagrad")               \
-                                 .Device(tensorflow::DEVICE_CPU)                       \
-                                 .TypeConstraint<T>("T"),                              \
-                             ClippyAdagradOp<CPUDevice, T, T, int32_t, false, false>); \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyClippyAdagrad")         \
-                                 .Device(tensorflow::DEVICE_CPU)                       \
-                                 .TypeConstraint<T>("T")                               \
-                                 .TypeConstraint<int32_t>("Tindices"),                 \
-                             ClippyAdagradOp<CPUDevice, T, T, int32_t, true, false>);  \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyClippyAdagrad")         \
-                                 .Device(tensorflow::DEVICE_CPU)                       \
-                                 .TypeConstraint<T>("T")                               \
-                                 .TypeConstraint<int64_t>("Tindices"),                 \
-                             ClippyAdagradOp<CPUDevice, T, T, int64_t, true, false>);
-// half, bfloat16, float and double: the variable types of the op.
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU);
-#undef TF_OPT_OPS_REGISTER_CPU
-
-// The V2 ops: tables and accumulators of half, bfloat16 and float.
-#define TF_OPT_OPS_REGISTER_LIGHT(device, Device, T, A)                                  \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                            \
-      TF_OPT_OPS_CLIPPY_KERNEL(device, "TfOptOps>ResourceApplyClippyAdagradV2", T)       \
-          .TypeConstraint<A>("Taccum"),                                                  \
-      ClippyAdagradOp<Device, T, A, int32_t, false, true>);                              \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                            \
-      TF_OPT_OPS_CLIPPY_KERNEL(device, "TfOptOps>ResourceSparseApplyClippyAdagradV2", T) \
-          .TypeConstraint<A>("Taccum")                                                   \
-          .TypeConstraint<int32_t>("Tindices"),                                          \
-      ClippyAdagradOp<Device, T, A, int32_t, true, true>);                               \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                            \
-      TF_OPT_OPS_CLIPPY_KERNEL(device, "TfOptOps>ResourceSparseApplyClippyAdagradV2", T) \
-          .TypeConstraint<A>("Taccum")                                                   \
-          .TypeConstraint<int64_t>("Tindices"),                                          \
-      ClippyAdagradOp<Device, T, A, int64_t, true, true>);
-#define TF_OPT_OPS_REGISTER_LIGHT_T(device, Device, T)          \
-  TF_OPT_OPS_REGISTER_LIGHT(device, Device, T, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_LIGHT(device, Device, T, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_LIGHT(device, Device, T, float)
-#define TF_OPT_OPS_REGISTER_LIGHT_ALL(device, Device)          \
-  TF_OPT_OPS_REGISTER_LIGHT_T(device, Device, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_LIGHT_T(device, Device, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_LIGHT_T(device, Device, float)
-#define TF_OPT_OPS_CLIPPY_KERNEL(device, name, T) Name(name).Device(device).TypeConstraint<T>("T")
-TF_OPT_OPS_REGISTER_LIGHT_ALL(tensorflow::DEVICE_CPU, CPUDevice)
-#undef TF_OPT_OPS_CLIPPY_KERNEL
-
-#if GOOGLE_CUDA
-// The hyperparameters are read on the host (HostMemory); var, accum, grad,
-// indices and the scale output stay on the device.
-#define TF_OPT_OPS_CLIPPY_GPU(name, T)              \
-  Name(name)                                        \
-      .Device(tensorflow::DEVICE_GPU)               \
-      .HostMemory("lr")                             \
-      .HostMemory("epsilon")                        \
-      .HostMemory("variable_relative_threshold")    \
-      .HostMemory("accumulator_relative_threshold") \
-      .HostMemory("absolute_threshold")             \
+// The kernels of the ops `dense` and `sparse` on Device (the sparse one with
+// both index types); `constraints` adds the V2 ops' accumulator type. On
+// GPUs the hyperparameters (and a V2 op's step) are read from host memory.
+#define TF_OPT_OPS_CLIPPY_KERNEL(Device, name, kLight, T)                                        \
+  KernelOn(Name(name), !std::is_same_v<Device, CPUDevice>, clippy_adagrad::kHyperparameterNames, \
+           /*step=*/kLight)                                                                      \
       .TypeConstraint<T>("T")
-#define TF_OPT_OPS_REGISTER_GPU(T)                                                                 \
-  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceApplyClippyAdagrad", T),      \
-                             ClippyAdagradOp<GPUDevice, T, T, int32_t, false, false>);             \
-  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
-                                 .TypeConstraint<int32_t>("Tindices"),                             \
-                             ClippyAdagradOp<GPUDevice, T, T, int32_t, true, false>);              \
-  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_GPU("TfOptOps>ResourceSparseApplyClippyAdagrad", T) \
-                                 .TypeConstraint<int64_t>("Tindices"),                             \
-                             ClippyAdagradOp<GPUDevice, T, T, int64_t, true, false>);
-// half, bfloat16, float and double: the variable types of the op.
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU);
-#undef TF_OPT_OPS_REGISTER_GPU
-#define TF_OPT_OPS_CLIPPY_KERNEL(device, name, T) TF_OPT_OPS_CLIPPY_GPU(name, T).HostMemory("step")
-TF_OPT_OPS_REGISTER_LIGHT_ALL(tensorflow::DEVICE_GPU, GPUDevice)
-#undef TF_OPT_OPS_CLIPPY_KERNEL
-#undef TF_OPT_OPS_CLIPPY_GPU
+#define TF_OPT_OPS_REGISTER_OPS(Device, dense, sparse, kLight, T, A, constraints)            \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, dense, kLight, T) constraints, \
+                             ClippyAdagradOp<Device, T, A, int32_t, false, kLight>);         \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, T)             \
+                                 constraints.TypeConstraint<int32_t>("Tindices"),            \
+                             ClippyAdagradOp<Device, T, A, int32_t, true, kLight>);          \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, T)             \
+                                 constraints.TypeConstraint<int64_t>("Tindices"),            \
+                             ClippyAdagradOp<Device, T, A, int64_t, true, kLight>);
+// The ops for variables of half, bfloat16, float and double; the V2 ops for
+// tables and accumulators of half, bfloat16 and float.
+#define TF_OPT_OPS_REGISTER(Device, T)                                   \
+  TF_OPT_OPS_REGISTER_OPS(Device, "TfOptOps>ResourceApplyClippyAdagrad", \
+                          "TfOptOps>ResourceSparseApplyClippyAdagrad", false, T, T, )
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, A)                                      \
+  TF_OPT_OPS_REGISTER_OPS(Device, "TfOptOps>ResourceApplyClippyAdagradV2",           \
+                          "TfOptOps>ResourceSparseApplyClippyAdagradV2", true, T, A, \
+                          .TypeConstraint<A>("Taccum"))
+#define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T)          \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, float)
+#define TF_OPT_OPS_REGISTER_DEVICE(Device)             \
+  TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_##Device)    \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, float)
+#define TF_OPT_OPS_REGISTER_CPUDevice(T) TF_OPT_OPS_REGISTER(CPUDevice, T)
+TF_OPT_OPS_REGISTER_DEVICE(CPUDevice)
+#undef TF_OPT_OPS_REGISTER_CPUDevice
+#if GOOGLE_CUDA
+#define TF_OPT_OPS_REGISTER_GPUDevice(T) TF_OPT_OPS_REGISTER(GPUDevice, T)
+TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
+#undef TF_OPT_OPS_REGISTER_GPUDevice
 #endif  // GOOGLE_CUDA
-#undef TF_OPT_OPS_REGISTER_LIGHT_ALL
+#undef TF_OPT_OPS_REGISTER_DEVICE
 #undef TF_OPT_OPS_REGISTER_LIGHT_T
 #undef TF_OPT_OPS_REGISTER_LIGHT
+#undef TF_OPT_OPS_REGISTER
+#undef TF_OPT_OPS_REGISTER_OPS
+#undef TF_OPT_OPS_CLIPPY_KERNEL
 
 }  // namespace tf_opt_ops

@@ -28,6 +28,18 @@ bool RegisterKernel(BuildKernelDef build, const char* kernel_class_name,
   return true;
 }
 
+// `builder` on the CPU or (`gpu`) on GPUs, where the kernels read the scalar
+// `hyperparameters` and, with `step`, a V2 op's step input from host memory.
+template <int N>
+::tensorflow::KernelDefBuilder& KernelOn(::tensorflow::KernelDefBuilder&& builder, bool gpu,
+                                         const char* const (&hyperparameters)[N], bool step) {
+  if (!gpu) return builder.Device(::tensorflow::DEVICE_CPU);
+  builder.Device(::tensorflow::DEVICE_GPU);
+  for (const char* name : hyperparameters) builder.HostMemory(name);
+  if (step) builder.HostMemory("step");
+  return builder;
+}
+
 }  // namespace tf_opt_ops
 
 // As REGISTER_KERNEL_BUILDER(kernel_builder, KernelClass), at namespace scope.

@@ -7,21 +7,13 @@
 
 #include "tf_opt_ops/kernels/lazy_adam_kernels.h"
 
-#include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
+#include <type_traits>
+
 #include "tf_opt_ops/core/cpu_kernels.h"
+#include "tf_opt_ops/core/lazy_adam_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
 #include "tf_opt_ops/kernels/op_inputs.h"
-
-// Calls m(T, S, Tindex) for every (table, slot, index) type of op
-// ResourceSparseApplyLazyAdamV2: tables and slots of half, bfloat16, float.
-#define TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, S) m(T, S, int32_t) m(T, S, int64_t)
-#define TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, T)         \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::half) \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, Eigen::bfloat16) TF_OPT_OPS_CALL_LIGHT_TYPES_TS(m, T, float)
-#define TF_OPT_OPS_CALL_LIGHT_TYPES(m)          \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, Eigen::half) \
-  TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, Eigen::bfloat16) TF_OPT_OPS_CALL_LIGHT_TYPES_T(m, float)
 
 namespace tf_opt_ops {
 namespace functor {
@@ -65,7 +57,7 @@ struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
 
 // Ops ResourceSparseApplyLazyAdam (kLight false: slots of the table's type
 // T, S == T) and ResourceSparseApplyLazyAdamV2 (kLight: slots of type S =
-// Tslot, the layout from the attrs, the step from input 11).
+// Tslot, the layout from the attrs, the step from input kStep).
 template <typename Device, typename T, typename S, typename Tindex, bool kLight>
 class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
  public:
@@ -83,29 +75,28 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace lazy_adam;  // NOLINT: the input names
     LockedVariables<Device, T> vars;
     const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
     const tensorflow::DataType s = tensorflow::DataTypeToEnum<S>::v();
-    OP_REQUIRES_OK(ctx,
-                   vars.Acquire(ctx, use_locking_, /*sparse=*/true, {0, 1, 2}, {"var", "m", "v"},
-                                {t, s, s}, layout_.rowwise_second_moment ? 2 : -1));
-    C beta1_power, beta2_power, lr, beta1, beta2, epsilon;
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 3, "beta1_power", &beta1_power));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 4, "beta2_power", &beta2_power));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 5, "lr", &lr));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 6, "beta1", &beta1));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 7, "beta2", &beta2));
-    OP_REQUIRES_OK(ctx, ReadScalar(ctx, 8, "epsilon", &epsilon));
+    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true, {kVar, kM, kV},
+                                     {kVariableNames, kVariableNames + kNumVariables}, {t, s, s},
+                                     layout_.rowwise_second_moment ? kV : -1));
+    Hyperparameters<C> hyper;
+    for (int k = 0; k < kNumHyperparameters; ++k) {
+      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
+                                     &hyper.values[k]));
+    }
     AdamStateLayout layout = layout_;
-    if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, 11, "step", &layout.step));
-    const Tensor& grad = ctx->input(9);
-    const Tensor& indices = ctx->input(10);
-    OP_REQUIRES_OK(ctx, ValidateSparseGrad(vars.tensor(0)->shape(), grad.shape(), indices.shape()));
+    if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
+    const Tensor& grad = ctx->input(kGrad);
+    const Tensor& indices = ctx->input(kIndices);
+    OP_REQUIRES_OK(ctx,
+                   ValidateSparseGrad(vars.tensor(kVar)->shape(), grad.shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
-    const AdamStep<C> step = MakeAdamStep<C>(lr, beta1, beta2, epsilon, beta1_power, beta2_power);
-    OP_REQUIRES_OK(
-        ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
-                 ctx, indices, grad, vars.tensor(0), vars.tensor(1), vars.tensor(2), step, layout));
+    OP_REQUIRES_OK(ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
+                            ctx, indices, grad, vars.tensor(kVar), vars.tensor(kM), vars.tensor(kV),
+                            hyper.Step(), layout));
   }
 
  private:
@@ -113,63 +104,50 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   AdamStateLayout layout_;
 };
 
-#define TF_OPT_OPS_REGISTER_CPU(T, Tindex)                                \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdam") \
-                                 .Device(tensorflow::DEVICE_CPU)          \
-                                 .TypeConstraint<T>("T")                  \
-                                 .TypeConstraint<Tindex>("Tindices"),     \
-                             SparseApplyLazyAdamOp<CPUDevice, T, T, Tindex, false>);
-#define TF_OPT_OPS_REGISTER_CPU_T(T) \
-  TF_OPT_OPS_REGISTER_CPU(T, int32_t) TF_OPT_OPS_REGISTER_CPU(T, int64_t)
-// half, bfloat16, float and double: the variable types of the op.
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPU_T);
-#undef TF_OPT_OPS_REGISTER_CPU_T
-#undef TF_OPT_OPS_REGISTER_CPU
-
-#define TF_OPT_OPS_REGISTER_LIGHT_CPU(T, S, Tindex)                         \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdamV2") \
-                                 .Device(tensorflow::DEVICE_CPU)            \
-                                 .TypeConstraint<T>("T")                    \
-                                 .TypeConstraint<S>("Tslot")                \
-                                 .TypeConstraint<Tindex>("Tindices"),       \
-                             SparseApplyLazyAdamOp<CPUDevice, T, S, Tindex, true>);
-TF_OPT_OPS_CALL_LIGHT_TYPES(TF_OPT_OPS_REGISTER_LIGHT_CPU)
-#undef TF_OPT_OPS_REGISTER_LIGHT_CPU
-
+// The kernels of both ops on Device, with both index types:
+// ResourceSparseApplyLazyAdam for tables of half, bfloat16, float and double
+// (TF_OPT_OPS_REGISTER_T), the V2 op for tables and slots of half, bfloat16
+// and float (TF_OPT_OPS_REGISTER_LIGHT_T).
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
+      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"), !std::is_same_v<Device, CPUDevice>, \
+               lazy_adam::kHyperparameterNames, /*step=*/false)                                  \
+          .TypeConstraint<T>("T")                                                                \
+          .TypeConstraint<Tindex>("Tindices"),                                                   \
+      SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                            \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                      \
+      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"), !std::is_same_v<Device, CPUDevice>, \
+               lazy_adam::kHyperparameterNames, /*step=*/true)                                     \
+          .TypeConstraint<T>("T")                                                                  \
+          .TypeConstraint<S>("Tslot")                                                              \
+          .TypeConstraint<Tindex>("Tindices"),                                                     \
+      SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
+#define TF_OPT_OPS_REGISTER_T(Device, T) \
+  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
+#define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S) \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int32_t) TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int64_t)
+#define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T)             \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, float)
+#define TF_OPT_OPS_REGISTER_DEVICE(Device)             \
+  TF_OPT_OPS_REGISTER_T(Device, Eigen::half)           \
+  TF_OPT_OPS_REGISTER_T(Device, Eigen::bfloat16)       \
+  TF_OPT_OPS_REGISTER_T(Device, float)                 \
+  TF_OPT_OPS_REGISTER_T(Device, double)                \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, float)
+TF_OPT_OPS_REGISTER_DEVICE(CPUDevice)
 #if GOOGLE_CUDA
-// The hyperparameters are read on the host (HostMemory); var, m, v, grad and
-// indices stay on the device.
-#define TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS \
-  HostMemory("beta1_power")               \
-      .HostMemory("beta2_power")          \
-      .HostMemory("lr")                   \
-      .HostMemory("beta1")                \
-      .HostMemory("beta2")                \
-      .HostMemory("epsilon")
-#define TF_OPT_OPS_REGISTER_GPU(T, Tindex)                                                 \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdam")                  \
-                                 .Device(tensorflow::DEVICE_GPU)                           \
-                                 .TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS.TypeConstraint<T>("T") \
-                                 .TypeConstraint<Tindex>("Tindices"),                      \
-                             SparseApplyLazyAdamOp<GPUDevice, T, T, Tindex, false>);
-#define TF_OPT_OPS_REGISTER_GPU_T(T) \
-  TF_OPT_OPS_REGISTER_GPU(T, int32_t) TF_OPT_OPS_REGISTER_GPU(T, int64_t)
-// half, bfloat16, float and double: the variable types of the op.
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPU_T);
-#undef TF_OPT_OPS_REGISTER_GPU_T
-#undef TF_OPT_OPS_REGISTER_GPU
-
-#define TF_OPT_OPS_REGISTER_LIGHT_GPU(T, S, Tindex)                                    \
-  TF_OPT_OPS_REGISTER_KERNEL(Name("TfOptOps>ResourceSparseApplyLazyAdamV2")            \
-                                 .Device(tensorflow::DEVICE_GPU)                       \
-                                 .TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS.HostMemory("step") \
-                                 .TypeConstraint<T>("T")                               \
-                                 .TypeConstraint<S>("Tslot")                           \
-                                 .TypeConstraint<Tindex>("Tindices"),                  \
-                             SparseApplyLazyAdamOp<GPUDevice, T, S, Tindex, true>);
-TF_OPT_OPS_CALL_LIGHT_TYPES(TF_OPT_OPS_REGISTER_LIGHT_GPU)
-#undef TF_OPT_OPS_REGISTER_LIGHT_GPU
-#undef TF_OPT_OPS_LAZY_ADAM_HOST_SCALARS
-#endif  // GOOGLE_CUDA
+TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
+#endif
+#undef TF_OPT_OPS_REGISTER_DEVICE
+#undef TF_OPT_OPS_REGISTER_LIGHT_T
+#undef TF_OPT_OPS_REGISTER_LIGHT_TS
+#undef TF_OPT_OPS_REGISTER_T
+#undef TF_OPT_OPS_REGISTER_LIGHT
+#undef TF_OPT_OPS_REGISTER
 
 }  // namespace tf_opt_ops

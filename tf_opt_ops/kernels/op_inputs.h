@@ -80,19 +80,10 @@ absl::Status CopyToNewBuffer(OpKernelContext* ctx, Tensor* tensor) {
 template <typename Device, typename T>
 class LockedVariables {
  public:
-  // `inputs` are the input positions of the resource variables, all of dtype
-  // T and shape; `names` name them in errors.
-  absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
-                       const std::vector<int>& inputs, const std::vector<const char*>& names) {
-    return Acquire(
-        ctx, use_locking, sparse, inputs, names,
-        std::vector<tensorflow::DataType>(inputs.size(), tensorflow::DataTypeToEnum<T>::v()),
-        /*row_slot=*/-1);
-  }
-
-  // The same, with the variables' dtypes given (slots may differ from the
-  // table, the first) and, unless `row_slot` is -1, the variable at that
-  // position of `inputs` holding one value per row of the first.
+  // `inputs` are the input positions of the resource variables (the table
+  // first, then its slots), of `dtypes`; `names` name them in errors. Unless
+  // `row_slot` is -1, the variable at that position of `inputs` holds one
+  // value per row of the first.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names,
                        const std::vector<tensorflow::DataType>& dtypes, int row_slot) {
@@ -136,11 +127,7 @@ class LockedVariables {
     tensors_.resize(inputs.size());
     for (size_t k = 0; k < inputs.size(); ++k) {
       tensors_[k] = *variables[k]->tensor();
-      if (!tensors_[k].IsInitialized()) {
-        return InvalidArgument(names[k], " is uninitialized (input ", inputs[k], " of ",
-                               ctx->op_kernel().name(),
-                               "): initialize it before applying the optimizer.");
-      }
+      if (!tensors_[k].IsInitialized()) return Uninitialized(ctx, names[k], inputs[k]);
     }
     for (size_t k = 1; k < inputs.size(); ++k) {
       TF_RETURN_IF_ERROR(
@@ -163,6 +150,12 @@ class LockedVariables {
 
  private:
   using Variables = std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>;
+
+  static absl::Status Uninitialized(OpKernelContext* ctx, const char* name, int input) {
+    return InvalidArgument(name, " is uninitialized (input ", input, " of ",
+                           ctx->op_kernel().name(),
+                           "): initialize it before applying the optimizer.");
+  }
   // The type of Var::mu(): tsl::mutex, which newer TensorFlow marks deprecated
   // in favour of absl::Mutex, while Var still hands it out.
 #pragma GCC diagnostic push

@@ -1,11 +1,13 @@
 // Op registrations: Clippy Adagrad (dense and sparse) on resource variables.
 #include "tensorflow/core/framework/op.h"
+#include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
 
 namespace tf_opt_ops {
 
-// The inputs, attributes and output both Clippy ops have, in their order
-// (the sparse op adds its indices and their dtype after them).
+// The inputs, attributes and output both Clippy ops have, the inputs in the
+// order of clippy_adagrad::Input (the sparse op adds its indices and their
+// dtype after them).
 #define TF_OPT_OPS_CLIPPY_SIGNATURE                          \
   Input("var: resource")                                     \
       .Input("accum: resource")                              \
@@ -22,16 +24,28 @@ namespace tf_opt_ops {
       .Attr("use_standard_accumulator_update: bool = false") \
       .Output("scale: Tscalar")
 
+// The shape function of the four ops: var and accum of one shape, scalar
+// hyperparameters (and step), the gradient of var's shape or, sparse, of its
+// rows; the scale a scalar.
+template <bool kSparse, bool kLight>
+absl::Status ClippyShape(InferenceContext* c) {
+  using namespace clippy_adagrad;  // NOLINT: the input names
+  ShapeHandle var;
+  TF_RETURN_IF_ERROR(MergeVariables(c, {kVar, kAccum}, &var));
+  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
+  if (kLight) TF_RETURN_IF_ERROR(CheckScalarInputs(c, StepInput(kSparse), 1));
+  if (kSparse) {
+    TF_RETURN_IF_ERROR(CheckSparseGrad(c, var, kGrad, kIndices));
+  } else {
+    ShapeHandle unused;
+    TF_RETURN_IF_ERROR(c->Merge(var, c->input(kGrad), &unused));
+  }
+  c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
 REGISTER_OP("TfOptOps>ResourceApplyClippyAdagrad")
-    .TF_OPT_OPS_CLIPPY_SIGNATURE
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6}, &var));
-      ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->Merge(var, c->input(7), &unused));
-      c->set_output(0, c->Scalar());
-      return absl::OkStatus();
-    })
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.SetShapeFn(ClippyShape</*kSparse=*/false, /*kLight=*/false>)
     .Doc(R"doc(
 Clippy Adagrad with a dense gradient; returns the clipping scale in [0, 1].
 
@@ -85,13 +99,7 @@ scale: the clipping scale applied to the whole update, in [0, 1] (or NaN).
 REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagrad")
     .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
     .Attr("Tindices: {int32, int64}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6}, &var));
-      TF_RETURN_IF_ERROR(CheckSparseGrad(c, var, /*grad_input=*/7, /*indices_input=*/8));
-      c->set_output(0, c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn(ClippyShape</*kSparse=*/true, /*kLight=*/false>)
     .Doc(R"doc(
 Clippy Adagrad on the rows of var and accum named by indices; returns the scale.
 
@@ -137,15 +145,7 @@ scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
 
 REGISTER_OP("TfOptOps>ResourceApplyClippyAdagradV2")
     .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("step: int64")
-    .TF_OPT_OPS_CLIPPY_V2_ATTRS
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6, 8}, &var));
-      ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->Merge(var, c->input(7), &unused));
-      c->set_output(0, c->Scalar());
-      return absl::OkStatus();
-    })
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS.SetShapeFn(ClippyShape</*kSparse=*/false, /*kLight=*/true>)
     .Doc(R"doc(
 Clippy Adagrad with a dense gradient and an accumulator of its own dtype.
 
@@ -183,14 +183,7 @@ REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradV2")
     .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
     .Input("step: int64")
     .Attr("Tindices: {int32, int64}")
-    .TF_OPT_OPS_CLIPPY_V2_ATTRS
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1}, {2, 3, 4, 5, 6, 9}, &var));
-      TF_RETURN_IF_ERROR(CheckSparseGrad(c, var, /*grad_input=*/7, /*indices_input=*/8));
-      c->set_output(0, c->Scalar());
-      return absl::OkStatus();
-    })
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS.SetShapeFn(ClippyShape</*kSparse=*/true, /*kLight=*/true>)
     .Doc(R"doc(
 Sparse Clippy Adagrad with an accumulator of its own dtype; returns the scale.
 

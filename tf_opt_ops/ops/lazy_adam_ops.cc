@@ -1,10 +1,12 @@
 // Op registration: sparse lazy Adam on resource variables.
 #include "tensorflow/core/framework/op.h"
+#include "tf_opt_ops/core/lazy_adam_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
 
 namespace tf_opt_ops {
 
-// The inputs both lazy Adam ops have, in their order (V2 adds its step after them).
+// The inputs both lazy Adam ops have, in the order of lazy_adam::Input (V2
+// adds its step after them).
 #define TF_OPT_OPS_LAZY_ADAM_INPUTS  \
   Input("var: resource")             \
       .Input("m: resource")          \
@@ -27,9 +29,11 @@ REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam")
     .Attr("Tindices: {int32, int64}")
     .Attr("use_locking: bool = false")
     .SetShapeFn([](InferenceContext* c) {
+      using namespace lazy_adam;  // NOLINT: the input names
       ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(c, {0, 1, 2}, {3, 4, 5, 6, 7, 8}, &var));
-      return CheckSparseGrad(c, var, /*grad_input=*/9, /*indices_input=*/10);
+      TF_RETURN_IF_ERROR(MergeVariables(c, {kVar, kM, kV}, &var));
+      TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
+      return CheckSparseGrad(c, var, kGrad, kIndices);
     })
     .Doc(R"doc(
 Lazy Adam on the rows of var, m and v named by indices; other rows untouched.
@@ -86,15 +90,19 @@ REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamV2")
     .SetShapeFn([](InferenceContext* c) {
       bool rowwise = false;
       TF_RETURN_IF_ERROR(c->GetAttr("rowwise_second_moment", &rowwise));
+      using namespace lazy_adam;  // NOLINT: the input names
       ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariablesAndScalars(
-          c, rowwise ? std::initializer_list<int>{0, 1} : std::initializer_list<int>{0, 1, 2},
-          {3, 4, 5, 6, 7, 8, 11}, &var));
+      TF_RETURN_IF_ERROR(MergeVariables(
+          c,
+          rowwise ? std::initializer_list<int>{kVar, kM} : std::initializer_list<int>{kVar, kM, kV},
+          &var));
+      TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
+      TF_RETURN_IF_ERROR(CheckScalarInputs(c, kStep, 1));
       if (rowwise && c->RankKnown(var) && c->Rank(var) >= 1) {
         ShapeHandle v;
-        TF_RETURN_IF_ERROR(c->Merge(VariableShape(c, 2), c->Vector(c->Dim(var, 0)), &v));
+        TF_RETURN_IF_ERROR(c->Merge(VariableShape(c, kV), c->Vector(c->Dim(var, 0)), &v));
       }
-      return CheckSparseGrad(c, var, /*grad_input=*/9, /*indices_input=*/10);
+      return CheckSparseGrad(c, var, kGrad, kIndices);
     })
     .Doc(R"doc(
 Lazy Adam with light slots: m and v of their own dtype, v optionally per row.

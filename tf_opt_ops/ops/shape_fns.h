@@ -23,17 +23,23 @@ inline ShapeHandle VariableShape(InferenceContext* c, int input) {
   return c->UnknownShape();
 }
 
-// Merges the shapes of the variable and its slots (any rank: the dense op
-// trains 0-D variables too), and checks each scalar hyperparameter input has
-// rank 0. Returns the variable shape in `var`.
-inline absl::Status MergeVariablesAndScalars(InferenceContext* c, std::initializer_list<int> vars,
-                                             std::initializer_list<int> scalars, ShapeHandle* var) {
+// Merges the shapes of the variable and its slots at `vars` (any rank: the
+// dense op trains 0-D variables too) into `var`.
+inline absl::Status MergeVariables(InferenceContext* c, std::initializer_list<int> vars,
+                                   ShapeHandle* var) {
   *var = c->UnknownShape();
   for (int i : vars) {
     TF_RETURN_IF_ERROR(c->Merge(*var, VariableShape(c, i), var));
   }
+  return absl::OkStatus();
+}
+
+// Checks that the `count` inputs from `first` on are scalars.
+inline absl::Status CheckScalarInputs(InferenceContext* c, int first, int count) {
   ShapeHandle unused;
-  for (int i : scalars) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+  for (int i = first; i < first + count; ++i) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+  }
   return absl::OkStatus();
 }
 

@@ -12,42 +12,21 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/errors.h"
 #include "tf_opt_ops/core/gpu_launchers.h"
+#include "tf_opt_ops/core/lazy_adam_interface.h"
 #include "tf_opt_ops/xla/xla_gpu_copy.h"
 #include "tf_opt_ops/xla/xla_targets.h"
 #if TF_OPT_OPS_XLA_FFI  // else nothing: see xla_targets.h
 #include "tf_opt_ops/xla/xla_ffi.h"
+#include "tf_opt_ops/xla/xla_target_util.h"
 
 namespace tf_opt_ops {
 namespace xla_targets {
 namespace {
 
-using xla_ffi::Buffer;
-using xla_ffi::Call;
-
 #if TF_OPT_OPS_XLA_FFI_HAS_0_1  // XLA's stream and device memory from the FFI
-
-absl::Status Mismatch(const char* target, const std::string& what) {
-  return absl::InternalError(absl::StrCat("tf_opt_ops: custom call ", target, " got ", what,
-                                          ", not what its XLA kernel emits; please report this "
-                                          "as a tf_opt_ops bug."));
-}
-
-absl::Status CheckCall(const Call& call, const char* target, int64_t args, int64_t rets,
-                       int aliased) {
-  if (call.num_args() != args || call.num_rets() != rets) {
-    return Mismatch(target, absl::StrCat(call.num_args(), " operands and ", call.num_rets(),
-                                         " results (expected ", args, " and ", rets, ")"));
-  }
-  for (int k = 0; k < aliased; ++k) {
-    if (call.arg(k).data != call.ret(k).data) {
-      return Mismatch(target, absl::StrCat("result ", k, " apart from operand ", k,
-                                           " (they must alias: the update is in place)"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CudaStatus(int error, const char* what) {
   if (error == 0) return absl::OkStatus();
@@ -176,45 +155,49 @@ absl::Status WithComputeType(gpu::DType dtype, F&& f) {
 // read on the host.
 absl::Status ReadLayout(GpuCall& gpu_call, const Buffer& operand, void* stream,
                         AdamStateLayout* layout) {
-  int64_t values[kAdamLayoutValues];
-  absl::Status status = gpu_call.Hyperparameters(operand, stream, kAdamLayoutValues, values);
-  layout->seed = static_cast<uint64_t>(values[0]);
-  layout->step = values[1];
-  layout->rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
-  layout->stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
+  int64_t values[kLayoutValues];
+  absl::Status status = gpu_call.Hyperparameters(operand, stream, kLayoutValues, values);
+  *layout = LayoutFromValues(values);
   return status;
 }
 
 // Both lazy Adam targets; kLight reads the slots' type and the layout operand.
 template <bool kLight>
 absl::Status SparseLazyAdam(const Call& call) {
+  using Operand = LazyAdamOperand;
   const char* target = kLight ? kSparseLazyAdamV2 : kSparseLazyAdam;
-  absl::Status status = CheckCall(call, target, kLight ? 7 : 6, 3, 3);
+  absl::Status status = CheckCall(call, target, kLight ? Operand::kLayout + 1 : Operand::kLayout,
+                                  lazy_adam::kNumVariables, /*aliased=*/lazy_adam::kNumVariables);
   gpu::DType dtype, slot_dtype;
-  if (status.ok()) status = GpuTypeOf(target, call.arg(0).dtype, &dtype);
-  if (status.ok()) status = GpuTypeOf(target, call.arg(1).dtype, &slot_dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(Operand::kVar).dtype, &dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(Operand::kM).dtype, &slot_dtype);
   gpu::SparseRows rows;
-  if (status.ok()) status = SparseRowsOf(target, call.arg(0), call.arg(4), &rows);
+  if (status.ok()) {
+    status = SparseRowsOf(target, call.arg(Operand::kVar), call.arg(Operand::kIndices), &rows);
+  }
   GpuCall gpu_call(call);
   void* stream = nullptr;
   if (status.ok()) status = gpu_call.Stream(&stream);
   AdamStateLayout layout;
-  if (kLight && status.ok()) status = ReadLayout(gpu_call, call.arg(6), stream, &layout);
+  if (kLight && status.ok()) {
+    status = ReadLayout(gpu_call, call.arg(Operand::kLayout), stream, &layout);
+  }
   if (!status.ok()) return status;
   return WithComputeType(dtype, [&](auto c) {
     using C = decltype(c);
-    C h[kAdamHyperparameters];
-    absl::Status read = gpu_call.Hyperparameters(call.arg(5), stream, kAdamHyperparameters, h);
+    lazy_adam::Hyperparameters<C> hyper;
+    absl::Status read = gpu_call.Hyperparameters(call.arg(Operand::kHyper), stream,
+                                                 lazy_adam::kNumHyperparameters, hyper.values);
     if (!read.ok()) return read;
     // Computed on the host in the compute type, exactly as the OpKernel does.
-    const AdamStep<double> step =
-        CastStep<double>(MakeAdamStep<C>(h[2], h[3], h[4], h[5], h[0], h[1]));
+    const AdamStep<double> step = CastStep<double>(hyper.Step());
     return LaunchSparse(gpu_call, dtype, rows, stream, "SparseApplyLazyAdam",
                         [&](void* scratch, size_t bytes, gpu::IndexError* bad) {
-                          return gpu::SparseApplyLazyAdam(dtype, slot_dtype, rows, call.arg(3).data,
-                                                          call.ret(0).data, call.ret(1).data,
-                                                          call.ret(2).data, step, layout, scratch,
-                                                          bytes, stream, bad);
+                          return gpu::SparseApplyLazyAdam(
+                              dtype, slot_dtype, rows, call.arg(Operand::kGrad).data,
+                              call.ret(Operand::kVar).data, call.ret(Operand::kM).data,
+                              call.ret(Operand::kV).data, step, layout, scratch, bytes, stream,
+                              bad);
                         });
   });
 }
@@ -223,36 +206,41 @@ absl::Status SparseLazyAdam(const Call& call) {
 // layout operand (V2 ops) of its own.
 template <bool kSparse>
 absl::Status ClippyAdagrad(const Call& call) {
-  const char* target = kSparse ? kSparseClippyAdagrad : kClippyAdagrad;
-  const int hyper_index = kSparse ? 4 : 3;
-  const bool light = call.num_args() == hyper_index + 2;
-  absl::Status status = CheckCall(call, target, hyper_index + (light ? 2 : 1), 3, 2);
+  using Operand = ClippyOperand;
+  const ClippyCall<kSparse> clippy(call, /*aliased=*/clippy_adagrad::kNumVariables);
+  const char* target = clippy.target;
+  const int hyper_index = clippy.hyper;
+  const bool light = clippy.light;
+  absl::Status status = clippy.status;
   gpu::DType dtype, accum_dtype;
-  if (status.ok()) status = GpuTypeOf(target, call.arg(0).dtype, &dtype);
-  if (status.ok()) status = GpuTypeOf(target, call.arg(1).dtype, &accum_dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(Operand::kVar).dtype, &dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(Operand::kAccum).dtype, &accum_dtype);
   gpu::SparseRows rows;
-  if (kSparse && status.ok()) status = SparseRowsOf(target, call.arg(0), call.arg(3), &rows);
+  if (kSparse && status.ok()) {
+    status = SparseRowsOf(target, call.arg(Operand::kVar), call.arg(Operand::kIndices), &rows);
+  }
   GpuCall gpu_call(call);
   void* stream = nullptr;
   if (status.ok()) status = gpu_call.Stream(&stream);
   AdamStateLayout layout;
-  if (light && status.ok())
+  if (light && status.ok()) {
     status = ReadLayout(gpu_call, call.arg(hyper_index + 1), stream, &layout);
+  }
   if (!status.ok()) return status;
   return WithComputeType(dtype, [&](auto c) {
     using C = decltype(c);
-    C h[kClippyHyperparameters];
+    C h[clippy_adagrad::kNumHyperValues];
     absl::Status read =
-        gpu_call.Hyperparameters(call.arg(hyper_index), stream, kClippyHyperparameters, h);
+        gpu_call.Hyperparameters(call.arg(hyper_index), stream, clippy_adagrad::kNumHyperValues, h);
     if (!read.ok()) return read;
-    ClippyStep<C> c_step{h[0], h[1], h[2], h[3], h[4], h[5] != C(0), h[6] != C(0)};
+    ClippyStep<C> c_step = clippy_adagrad::StepFromValues(h);
     c_step.stochastic_rounding = layout.stochastic_rounding;
     c_step.noise_key = light ? ClippyNoiseKey(layout.seed, layout.step) : 0;
     const ClippyStep<double> step = CastStep<double>(c_step);
-    void* var = call.ret(0).data;
-    void* accum = call.ret(1).data;
-    void* scale = call.ret(2).data;
-    const void* grad = call.arg(2).data;
+    void* var = call.ret(Operand::kVar).data;
+    void* accum = call.ret(Operand::kAccum).data;
+    void* scale = call.ret(Operand::kScaleResult).data;
+    const void* grad = call.arg(Operand::kGrad).data;
     if constexpr (kSparse) {
       return LaunchSparse(gpu_call, dtype, rows, stream, "SparseApplyClippyAdagrad",
                           [&](void* scratch, size_t bytes, gpu::IndexError* bad) {
@@ -266,19 +254,11 @@ absl::Status ClippyAdagrad(const Call& call) {
       absl::Status allocated = gpu_call.Scratch(bytes, &scratch);
       if (!allocated.ok()) return allocated;
       return CudaStatus(
-          gpu::ApplyClippyAdagrad(dtype, accum_dtype, call.arg(0).num_elements(), grad, var, accum,
-                                  step, scale, scratch, bytes, stream),
+          gpu::ApplyClippyAdagrad(dtype, accum_dtype, call.arg(Operand::kVar).num_elements(), grad,
+                                  var, accum, step, scale, scratch, bytes, stream),
           "ApplyClippyAdagrad");
     }
   });
-}
-
-template <absl::Status (*kBody)(const Call&)>
-XLA_FFI_Error* Handler(XLA_FFI_CallFrame* frame) {
-  if (xla_ffi::AnswerMetadataQuery(frame)) return nullptr;
-  const Call call(frame);
-  if (!call.executing()) return nullptr;
-  return call.Fail(kBody(call));
 }
 
 #endif  // TF_OPT_OPS_XLA_FFI_HAS_0_1
@@ -287,15 +267,8 @@ XLA_FFI_Error* Handler(XLA_FFI_CallFrame* frame) {
 
 std::string RegisterGpuTargets(const XLA_FFI_Api* api) {
 #if TF_OPT_OPS_XLA_FFI_HAS_0_1
-  for (const auto& [name, handler] :
-       {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<SparseLazyAdam<false>>},
-        {kSparseLazyAdamV2, Handler<SparseLazyAdam<true>>},
-        {kClippyAdagrad, Handler<ClippyAdagrad<false>>},
-        {kSparseClippyAdagrad, Handler<ClippyAdagrad<true>>}}) {
-    const std::string error = xla_ffi::RegisterHandler(api, name, "CUDA", handler);
-    if (!error.empty()) return error;
-  }
-  return "";
+  return RegisterTargets<SparseLazyAdam<false>, SparseLazyAdam<true>, ClippyAdagrad<false>,
+                         ClippyAdagrad<true>>(api, "CUDA");
 #else
   (void)api;
   return "this TensorFlow's XLA FFI has no GPU stream or device memory API (version 0.1, "

@@ -30,6 +30,8 @@
 #include "tensorflow/core/framework/kernel_def.pb.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_opt_ops/core/clippy_adagrad_interface.h"
+#include "tf_opt_ops/core/lazy_adam_interface.h"
 #include "tf_opt_ops/kernels/input_checks.h"
 #include "tf_opt_ops/xla/xla_ffi.h"
 #if __has_include("xla/hlo/builder/xla_builder.h")  // TensorFlow 2.19 on
@@ -104,18 +106,20 @@ absl::Status StaticShape(XlaOpKernelContext* ctx, int index, const char* name, T
   return absl::OkStatus();
 }
 
-// The scalar hyperparameters at `inputs`, checked as the OpKernels check
-// them, then `extra` values, as one vector of the compute type.
-absl::Status Hyperparameters(XlaOpKernelContext* ctx, DataType dtype,
-                             const std::vector<std::pair<int, const char*>>& inputs,
-                             const std::vector<double>& extra, xla::XlaOp* hyper) {
+// The `count` scalar hyperparameters at inputs `first`.., named `names`,
+// checked as the OpKernels check them, then `extra` values, as one vector of
+// the compute type.
+absl::Status Hyperparameters(XlaOpKernelContext* ctx, DataType dtype, int first, int count,
+                             const char* const* names, const std::vector<double>& extra,
+                             xla::XlaOp* hyper) {
   const DataType scalar_type = ScalarType(dtype);
   std::vector<xla::XlaOp> parts;
-  for (const auto& [index, name] : inputs) {
+  for (int k = 0; k < count; ++k) {
+    const int index = first + k;
     TensorShape shape;
-    absl::Status status = StaticShape(ctx, index, name, &shape);
+    absl::Status status = StaticShape(ctx, index, names[k], &shape);
     if (!status.ok()) return status;
-    status = CheckScalar(name, ctx->input_type(index), scalar_type, shape);
+    status = CheckScalar(names[k], ctx->input_type(index), scalar_type, shape);
     if (!status.ok()) return status;
     parts.push_back(xla::Reshape(ctx->Input(index), {1}));
   }
@@ -179,17 +183,6 @@ absl::Status ReadVariables(XlaOpKernelContext* ctx, const std::vector<DataType>&
   return absl::OkStatus();
 }
 
-// The same with every variable of `dtype` and var's shape, returned in `shape`.
-absl::Status ReadVariables(XlaOpKernelContext* ctx, DataType dtype,
-                           const std::vector<const char*>& names, TensorShape* shape,
-                           std::vector<xla::XlaOp>* values) {
-  std::vector<TensorShape> shapes;
-  absl::Status status = ReadVariables(ctx, std::vector<DataType>(names.size(), dtype), names,
-                                      /*row_slot=*/-1, &shapes, values);
-  if (status.ok()) *shape = shapes[0];
-  return status;
-}
-
 // The `layout` operand of the V2 targets (xla_targets.h): seed, the scalar
 // step at input `step_input`, flags.
 absl::Status LayoutOperand(XlaOpKernelContext* ctx, int step_input, int64_t seed, int64_t flags,
@@ -218,157 +211,154 @@ absl::Status AssignResults(XlaOpKernelContext* ctx, const std::vector<DataType>&
   return absl::OkStatus();
 }
 
-absl::Status AssignResults(XlaOpKernelContext* ctx, DataType dtype, xla::XlaOp results,
-                           int num_variables) {
-  return AssignResults(ctx, std::vector<DataType>(num_variables, dtype), results);
+// The shapes of the results that update the variables of `dtypes` and
+// `shapes` in place.
+absl::Status VariableResults(const std::vector<DataType>& dtypes,
+                             const std::vector<TensorShape>& shapes,
+                             std::vector<xla::Shape>* results) {
+  for (size_t k = 0; k < dtypes.size(); ++k) {
+    absl::StatusOr<xla::PrimitiveType> type = XlaType(dtypes[k]);
+    if (!type.ok()) return type.status();
+    results->push_back(RowMajor(*type, shapes[k]));
+  }
+  return absl::OkStatus();
 }
+
+// The attributes every op's XLA kernel reads: T and, for a V2 op (`light`),
+// the dtype of its slots (`slot_attr`: Tslot or Taccum; else T),
+// stochastic_rounding and seed.
+class FusedOpXla : public tensorflow::XlaOpKernel {
+ protected:
+  FusedOpXla(tensorflow::OpKernelConstruction* ctx, bool light, const char* slot_attr)
+      : XlaOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype_));
+    slot_dtype_ = dtype_;
+    if (light) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr(slot_attr, &slot_dtype_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+    }
+  }
+
+  DataType dtype_;
+  DataType slot_dtype_;
+  bool stochastic_ = false;
+  int64_t seed_ = 0;
+};
 
 // Ops ResourceSparseApplyLazyAdam and, kLight, ResourceSparseApplyLazyAdamV2
 // (slots of dtype Tslot, the layout from the attrs and the step input,
 // passed to the target as its `layout` operand).
 template <bool kLight>
-class SparseApplyLazyAdamXla : public tensorflow::XlaOpKernel {
+class SparseApplyLazyAdamXla : public FusedOpXla {
  public:
-  explicit SparseApplyLazyAdamXla(tensorflow::OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype_));
-    slot_dtype_ = dtype_;
-    if (kLight) {
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("Tslot", &slot_dtype_));
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &rowwise_));
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
-    }
+  explicit SparseApplyLazyAdamXla(tensorflow::OpKernelConstruction* ctx)
+      : FusedOpXla(ctx, kLight, "Tslot") {
+    if (kLight) OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &rowwise_));
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
+    using namespace lazy_adam;  // NOLINT: the input names
     TensorShape grad_shape, indices_shape;
     std::vector<TensorShape> shapes;
     std::vector<xla::XlaOp> vars;
     const std::vector<DataType> dtypes = {dtype_, slot_dtype_, slot_dtype_};
-    OP_REQUIRES_OK(
-        ctx, ReadVariables(ctx, dtypes, {"var", "m", "v"}, rowwise_ ? 2 : -1, &shapes, &vars));
+    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtypes, {kVariableNames, kVariableNames + kNumVariables},
+                                      rowwise_ ? kV : -1, &shapes, &vars));
     xla::XlaOp hyper;
-    OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_,
-                                        {{3, "beta1_power"},
-                                         {4, "beta2_power"},
-                                         {5, "lr"},
-                                         {6, "beta1"},
-                                         {7, "beta2"},
-                                         {8, "epsilon"}},
-                                        {}, &hyper));
-    OP_REQUIRES_OK(ctx, StaticShape(ctx, 9, "grad", &grad_shape));
-    OP_REQUIRES_OK(ctx, StaticShape(ctx, 10, "indices", &indices_shape));
-    OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[0], grad_shape, indices_shape));
+    OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_, kFirstHyperparameter, kNumHyperparameters,
+                                        kHyperparameterNames, {}, &hyper));
+    OP_REQUIRES_OK(ctx, StaticShape(ctx, kGrad, "grad", &grad_shape));
+    OP_REQUIRES_OK(ctx, StaticShape(ctx, kIndices, "indices", &indices_shape));
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[kVar], grad_shape, indices_shape));
     xla::XlaOp layout;
     if (kLight) {
       const int64_t flags = (rowwise_ ? xla_targets::kLayoutRowwise : 0) |
                             (stochastic_ ? xla_targets::kLayoutStochastic : 0);
-      OP_REQUIRES_OK(ctx, LayoutOperand(ctx, 11, seed_, flags, &layout));
+      OP_REQUIRES_OK(ctx, LayoutOperand(ctx, kStep, seed_, flags, &layout));
     }
     if (indices_shape.num_elements() == 0) return;  // nothing to update
     std::vector<xla::Shape> results;
-    for (int k = 0; k < 3; ++k) {
-      absl::StatusOr<xla::PrimitiveType> type = XlaType(dtypes[k]);
-      OP_REQUIRES_OK(ctx, type.status());
-      results.push_back(RowMajor(*type, shapes[k]));
-    }
-    std::vector<xla::XlaOp> operands = {vars[0],       vars[1],        vars[2],
-                                        ctx->Input(9), ctx->Input(10), hyper};
+    OP_REQUIRES_OK(ctx, VariableResults(dtypes, shapes, &results));
+    // In the order of xla_targets::LazyAdamOperand.
+    std::vector<xla::XlaOp> operands = {vars[kVar],           vars[kM], vars[kV], ctx->Input(kGrad),
+                                        ctx->Input(kIndices), hyper};
     if (kLight) operands.push_back(layout);
     absl::StatusOr<xla::XlaOp> updated =
         UpdateInPlace(ctx, kLight ? xla_targets::kSparseLazyAdamV2 : xla_targets::kSparseLazyAdam,
-                      operands, results, 3);
+                      operands, results, kNumVariables);
     OP_REQUIRES_OK(ctx, updated.status());
     OP_REQUIRES_OK(ctx, AssignResults(ctx, dtypes, *updated));
   }
 
  private:
-  DataType dtype_;
-  DataType slot_dtype_;
   bool rowwise_ = false;
-  bool stochastic_ = false;
-  int64_t seed_ = 0;
 };
 
 // Both Clippy ops and their V2 (kLight: the accumulator of dtype Taccum, and
 // the `layout` operand as lazy Adam V2's: seed, step, kLayoutStochastic).
 template <bool kSparse, bool kLight>
-class ClippyAdagradXla : public tensorflow::XlaOpKernel {
+class ClippyAdagradXla : public FusedOpXla {
  public:
-  explicit ClippyAdagradXla(tensorflow::OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("T", &dtype_));
+  explicit ClippyAdagradXla(tensorflow::OpKernelConstruction* ctx)
+      : FusedOpXla(ctx, kLight, "Taccum") {
     OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
                                                         &use_standard_accumulator_update_));
-    accum_dtype_ = dtype_;
-    if (kLight) {
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("Taccum", &accum_dtype_));
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
-      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
-    }
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
+    using namespace clippy_adagrad;  // NOLINT: the input names
     TensorShape grad_shape, indices_shape;
     std::vector<TensorShape> shapes;
     std::vector<xla::XlaOp> vars;
-    const std::vector<DataType> dtypes = {dtype_, accum_dtype_};
-    OP_REQUIRES_OK(ctx,
-                   ReadVariables(ctx, dtypes, {"var", "accum"}, /*row_slot=*/-1, &shapes, &vars));
+    const std::vector<DataType> dtypes = {dtype_, slot_dtype_};
+    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtypes, {kVariableNames, kVariableNames + kNumVariables},
+                                      /*row_slot=*/-1, &shapes, &vars));
     xla::XlaOp hyper;
-    OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_,
-                                        {{2, "lr"},
-                                         {3, "epsilon"},
-                                         {4, "variable_relative_threshold"},
-                                         {5, "accumulator_relative_threshold"},
-                                         {6, "absolute_threshold"}},
+    OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_, kFirstHyperparameter, kNumHyperparameters,
+                                        kHyperparameterNames,
                                         {clip_accumulator_update_ ? 1.0 : 0.0,
                                          use_standard_accumulator_update_ ? 1.0 : 0.0},
                                         &hyper));
-    OP_REQUIRES_OK(ctx, StaticShape(ctx, 7, "grad", &grad_shape));
+    OP_REQUIRES_OK(ctx, StaticShape(ctx, kGrad, "grad", &grad_shape));
     absl::StatusOr<xla::PrimitiveType> scalar_type = XlaType(ScalarType(dtype_));
     OP_REQUIRES_OK(ctx, scalar_type.status());
-    std::vector<xla::XlaOp> operands = {vars[0], vars[1], ctx->Input(7)};
+    // In the order of xla_targets::ClippyOperand.
+    std::vector<xla::XlaOp> operands = {vars[kVar], vars[kAccum], ctx->Input(kGrad)};
     const char* target = xla_targets::kClippyAdagrad;
     if constexpr (kSparse) {
-      OP_REQUIRES_OK(ctx, StaticShape(ctx, 8, "indices", &indices_shape));
-      OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[0], grad_shape, indices_shape));
+      OP_REQUIRES_OK(ctx, StaticShape(ctx, kIndices, "indices", &indices_shape));
+      OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[kVar], grad_shape, indices_shape));
       if (indices_shape.num_elements() == 0) {  // nothing touched: nothing clipped
         ctx->SetOutput(
             0, xla::ConvertElementType(xla::ConstantR0<float>(ctx->builder(), 1.0f), *scalar_type));
         return;
       }
-      operands.push_back(ctx->Input(8));
+      operands.push_back(ctx->Input(kIndices));
       target = xla_targets::kSparseClippyAdagrad;
     } else {
-      OP_REQUIRES_OK(ctx, ValidateDenseGrad(shapes[0], grad_shape));
+      OP_REQUIRES_OK(ctx, ValidateDenseGrad(shapes[kVar], grad_shape));
     }
     operands.push_back(hyper);
     if (kLight) {
       xla::XlaOp layout;
-      OP_REQUIRES_OK(ctx, LayoutOperand(ctx, kSparse ? 9 : 8, seed_,
+      OP_REQUIRES_OK(ctx, LayoutOperand(ctx, StepInput(kSparse), seed_,
                                         stochastic_ ? xla_targets::kLayoutStochastic : 0, &layout));
       operands.push_back(layout);
     }
     std::vector<xla::Shape> results;
-    for (int k = 0; k < 2; ++k) {
-      absl::StatusOr<xla::PrimitiveType> type = XlaType(dtypes[k]);
-      OP_REQUIRES_OK(ctx, type.status());
-      results.push_back(RowMajor(*type, shapes[k]));
-    }
+    OP_REQUIRES_OK(ctx, VariableResults(dtypes, shapes, &results));
     results.push_back(xla::ShapeUtil::MakeShapeWithDescendingLayout(*scalar_type, {}));
-    absl::StatusOr<xla::XlaOp> updated = UpdateInPlace(ctx, target, operands, results, 2);
+    absl::StatusOr<xla::XlaOp> updated =
+        UpdateInPlace(ctx, target, operands, results, kNumVariables);
     OP_REQUIRES_OK(ctx, updated.status());
     OP_REQUIRES_OK(ctx, AssignResults(ctx, dtypes, *updated));
-    ctx->SetOutput(0, xla::GetTupleElement(*updated, 2));
+    ctx->SetOutput(0, xla::GetTupleElement(*updated, kNumVariables));
   }
 
  private:
-  DataType dtype_;
-  DataType accum_dtype_;
   bool clip_accumulator_update_;
   bool use_standard_accumulator_update_;
-  bool stochastic_ = false;
-  int64_t seed_ = 0;
 };
 
 template <typename Kernel>

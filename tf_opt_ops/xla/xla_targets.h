@@ -8,20 +8,18 @@
 // (output_operand_aliasing), so XLA hands the target the variables' own
 // buffers and no step copies a table. The hyperparameters travel as one
 // vector of the compute type (float32, float64 for float64 variables), in
-// the order below; the Clippy flags are in it as 0 or 1, so that a GPU target
-// reads everything it needs from the host with one copy.
+// the order of the op's interface header (core/lazy_adam_interface.h,
+// core/clippy_adagrad_interface.h, which also unpack it); the Clippy flags
+// are in it as 0 or 1, so that a GPU target reads everything it needs from
+// the host with one copy.
 //
 //   lazy Adam:     (var, m, v, grad, indices, hyper[6]) -> (var, m, v)
-//     hyper: beta1_power, beta2_power, lr, beta1, beta2, epsilon
 //   lazy Adam V2:  (var, m, v, grad, indices, hyper[6], layout[3]) -> (var, m, v)
 //     slots of their own type (v of shape [rows] when row-wise);
 //     layout (int64): seed, step, flags (kLayoutRowwise | kLayoutStochastic)
 //   Clippy:        (var, accum, grad, hyper[7][, layout[3]]) -> (var, accum, scale)
 //   sparse Clippy: (var, accum, grad, indices, hyper[7][, layout[3]]) -> (var, accum, scale)
 //     with the layout (V2 ops): accum of its own type, flags kLayoutStochastic
-//     hyper: lr, epsilon, variable_relative_threshold,
-//            accumulator_relative_threshold, absolute_threshold,
-//            clip_accumulator_update, use_standard_accumulator_update
 //
 // A sparse target's indices are never empty (the XLA kernel emits no call
 // for an empty update) and their count is the static size of `indices`.
@@ -30,6 +28,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "tf_opt_ops/core/optimizer_math.h"
 
 // XLA's FFI, which the targets are written against, is in TensorFlow's
 // headers from 2.17 on; older versions get a library that registers nothing
@@ -49,11 +49,33 @@ constexpr char kSparseLazyAdamV2[] = "tf_opt_ops_sparse_lazy_adam_v2";
 constexpr char kClippyAdagrad[] = "tf_opt_ops_clippy_adagrad";
 constexpr char kSparseClippyAdagrad[] = "tf_opt_ops_sparse_clippy_adagrad";
 
-constexpr int kAdamHyperparameters = 6;
-constexpr int kAdamLayoutValues = 3;
+// The operands of the lazy Adam targets, by position.
+struct LazyAdamOperand {
+  enum : int { kVar = 0, kM, kV, kGrad, kIndices, kHyper, kLayout };
+};
+
+// The operands of the Clippy targets, by position: the sparse ones add
+// kIndices after the gradient. The scale is the result after the variables.
+struct ClippyOperand {
+  enum : int { kVar = 0, kAccum, kGrad, kIndices };
+  static constexpr int Hyper(bool sparse) { return sparse ? kIndices + 1 : kIndices; }
+  static constexpr int kScaleResult = 2;
+};
+
+// The `layout` operand: seed, step, flags.
+constexpr int kLayoutValues = 3;
 constexpr int64_t kLayoutRowwise = 1;
 constexpr int64_t kLayoutStochastic = 2;
-constexpr int kClippyHyperparameters = 7;
+
+// The slot state a `layout` operand's values ask for.
+inline AdamStateLayout LayoutFromValues(const int64_t* values) {
+  AdamStateLayout layout;
+  layout.seed = static_cast<uint64_t>(values[0]);
+  layout.step = values[1];
+  layout.rowwise_second_moment = (values[2] & kLayoutRowwise) != 0;
+  layout.stochastic_rounding = (values[2] & kLayoutStochastic) != 0;
+  return layout;
+}
 
 #if TF_OPT_OPS_XLA_FFI
 // Registers the targets of one platform with XLA's FFI ("Host": the CPU
