@@ -98,8 +98,11 @@ class LockedVariables {
                                "): initialize it before applying the optimizer.");
       }
       // A Var's dtype is fixed when it is created, so no lock is needed to
-      // read it, and nothing is copied as T before this check.
+      // read it, and nothing is copied as T before this check. A variable
+      // created but never assigned (as a failed XLA call on an uninitialized
+      // one leaves it) has no dtype: it is uninitialized, whatever the dtypes.
       const tensorflow::DataType var_dtype = var->tensor()->dtype();
+      if (var_dtype == tensorflow::DT_INVALID) return Uninitialized(ctx, names[k], inputs[k]);
       if (var_dtype != dtypes[k]) {
         return k > 0 && dtypes[k] != dtypes[0]
                    ? SlotDtypeMismatch(names[k], var_dtype, dtypes[k])
