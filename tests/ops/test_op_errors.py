@@ -164,8 +164,11 @@ def test_uninitialized_variable_after_a_failed_xla_call():
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match="var is an uninitialized or deleted variable"):
     compiled()
-  graph = tf.function(lambda: lazy_adam(handle, m, v, GOOD_GRAD, [0, 1, 2]))
-  for call in (lambda: lazy_adam(handle, m, v, GOOD_GRAD, [0, 1, 2]), graph):
+
+  def eager():
+    lazy_adam(handle, m, v, GOOD_GRAD, [0, 1, 2])
+
+  for call in (eager, tf.function(eager)):
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=re.escape("var is uninitialized (input 0 of")) as error:
       call()
