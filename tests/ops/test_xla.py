@@ -372,8 +372,9 @@ def test_bad_index_fails_the_step_and_changes_nothing(op, bad):
 
 @pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad"])
 def test_index_into_a_table_of_no_rows_fails_eagerly_in_a_graph_and_under_xla(op):
-  # Every result of lazy Adam's custom call is then empty, which XLA would
-  # drop with the call (and its index check) unless the call is kept.
+  # Every variable the custom call updates is then empty, and nothing reads
+  # Clippy's scale here: XLA would drop the call, and its index check, unless
+  # the call is kept.
   n, apply = _sparse_ops()[op]
   tables = _tables(n, rows=0)
 

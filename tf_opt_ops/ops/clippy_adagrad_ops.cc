@@ -24,6 +24,21 @@ namespace tf_opt_ops {
       .Attr("use_standard_accumulator_update: bool = false") \
       .Output("scale: Tscalar")
 
+// The documentation of the hyperparameter inputs, which the ops share, and of
+// the attributes of the V2 ops.
+#define TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS                  \
+  "lr: the learning rate.\n"                                   \
+  "epsilon: added to accum under the square root.\n"           \
+  "variable_relative_threshold: the bound's share of |var|.\n" \
+  "accumulator_relative_threshold: the bound's share of p.\n"  \
+  "absolute_threshold: the bound's constant.\n"
+#define TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS                                                       \
+  "use_locking: hold the variables' locks for the whole update.\n"                           \
+  "clip_accumulator_update: accumulate the clipped gradient, (g * scale)^2.\n"               \
+  "use_standard_accumulator_update: accumulate g * g before the step, as Adagrad does.\n"    \
+  "stochastic_rounding: round a 16-bit accumulator stochastically (else to nearest even).\n" \
+  "seed: keys the rounding noise, with step and the element.\n"
+
 // The shape function of the four ops: var and accum of one shape, scalar
 // hyperparameters (and step), the gradient of var's shape or, sparse, of its
 // rows; the scale a scalar.
@@ -120,12 +135,8 @@ with InvalidArgumentError and leaves var and accum unchanged.
 
 var: the table, a resource variable of dtype T, at least 1-D: indices name its rows.
 accum: the accumulator: a resource variable of var's dtype and shape.
-lr: the learning rate.
-epsilon: added to accum under the square root.
-variable_relative_threshold: the bound's share of |var|.
-accumulator_relative_threshold: the bound's share of p.
-absolute_threshold: the bound's constant.
-grad: the gradient rows, of shape [len(indices)] + var.shape[1:].
+)doc" TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS
+         R"doc(grad: the gradient rows, of shape [len(indices)] + var.shape[1:].
 indices: the rows of var the gradient rows belong to, a vector; duplicates allowed.
 T: the dtype of var, accum and grad.
 Tscalar: the dtype of the hyperparameters and of scale: float64 for float64 T, else float32.
@@ -161,22 +172,13 @@ accumulator, as with a table-typed one.
 
 var: the variable, a resource variable of dtype T (half, bfloat16 or float), of any rank.
 accum: the accumulator: a resource variable of dtype Taccum and var's shape.
-lr: the learning rate.
-epsilon: added to accum under the square root.
-variable_relative_threshold: the bound's share of |var|.
-accumulator_relative_threshold: the bound's share of p.
-absolute_threshold: the bound's constant.
-grad: the gradient, of var's shape.
+)doc" TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS R"doc(grad: the gradient, of var's shape.
 step: the 1-based step t, which keys the rounding noise with seed.
 T: the dtype of var and grad (half, bfloat16 or float).
 Tscalar: the dtype of the hyperparameters and of scale (float32).
 Taccum: the dtype of accum.
-use_locking: hold the variables' locks for the whole update.
-clip_accumulator_update: accumulate the clipped gradient, (g * scale)^2.
-use_standard_accumulator_update: accumulate g * g before the step, as Adagrad does.
-stochastic_rounding: round a 16-bit accumulator stochastically (else to nearest even).
-seed: keys the rounding noise, with step and the element.
-scale: the clipping scale applied to the whole update, in [0, 1] (or NaN).
+)doc" TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS
+         R"doc(scale: the clipping scale applied to the whole update, in [0, 1] (or NaN).
 )doc");
 
 REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradV2")
@@ -193,27 +195,21 @@ accum of dtype Taccum and its rounding as in ResourceApplyClippyAdagradV2
 
 var: the table, a resource variable of dtype T (half, bfloat16 or float), at least 1-D.
 accum: the accumulator: a resource variable of dtype Taccum and var's shape.
-lr: the learning rate.
-epsilon: added to accum under the square root.
-variable_relative_threshold: the bound's share of |var|.
-accumulator_relative_threshold: the bound's share of p.
-absolute_threshold: the bound's constant.
-grad: the gradient rows, of shape [len(indices)] + var.shape[1:].
+)doc" TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS
+         R"doc(grad: the gradient rows, of shape [len(indices)] + var.shape[1:].
 indices: the rows of var the gradient rows belong to, a vector; duplicates allowed.
 step: the 1-based step t, which keys the rounding noise with seed.
 T: the dtype of var and grad (half, bfloat16 or float).
 Tscalar: the dtype of the hyperparameters and of scale (float32).
 Tindices: the dtype of indices.
 Taccum: the dtype of accum.
-use_locking: hold the variables' locks for the whole update.
-clip_accumulator_update: accumulate the clipped gradient, (g * scale)^2.
-use_standard_accumulator_update: accumulate g * g before the step, as Adagrad does.
-stochastic_rounding: round a 16-bit accumulator stochastically (else to nearest even).
-seed: keys the rounding noise, with step and the element.
-scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
+)doc" TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS
+         R"doc(scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
 )doc");
 
 #undef TF_OPT_OPS_CLIPPY_V2_ATTRS
+#undef TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS
+#undef TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS
 #undef TF_OPT_OPS_CLIPPY_SIGNATURE
 
 }  // namespace tf_opt_ops

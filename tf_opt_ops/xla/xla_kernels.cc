@@ -136,9 +136,10 @@ absl::Status Hyperparameters(XlaOpKernelContext* ctx, DataType dtype, int first,
 // The custom call `target` over `operands`, with every operand and result
 // row-major, results 0..num_aliased-1 aliased to the operands of the same
 // position (the variables: updated in place), and the whole result tuple.
-// A call whose results are all empty (lazy Adam on a table of no rows) is
-// marked as having a side effect: XLA would otherwise drop it, and with it
-// the target's check of the indices, which must still reject any index.
+// A call whose variables are all empty (a table of no rows) is marked as
+// having a side effect: XLA would otherwise drop it whenever nothing reads
+// its other results (Clippy's scale), and with it the target's check of the
+// indices, which must still reject any index.
 absl::StatusOr<xla::XlaOp> UpdateInPlace(XlaOpKernelContext* ctx, const char* target,
                                          const std::vector<xla::XlaOp>& operands,
                                          const std::vector<xla::Shape>& results, int num_aliased) {
@@ -154,13 +155,13 @@ absl::StatusOr<xla::XlaOp> UpdateInPlace(XlaOpKernelContext* ctx, const char* ta
   for (int k = 0; k < num_aliased; ++k) {
     aliasing.push_back({xla::ShapeIndex{k}, {k, xla::ShapeIndex{}}});
   }
-  bool all_empty = true;
-  for (const xla::Shape& result : results) {
-    all_empty = all_empty && xla::ShapeUtil::ElementsIn(result) == 0;
+  bool variables_empty = true;
+  for (int k = 0; k < num_aliased; ++k) {
+    variables_empty = variables_empty && xla::ShapeUtil::ElementsIn(results[k]) == 0;
   }
   return xla::CustomCallWithLayout(
       b, target, operands, xla::ShapeUtil::MakeTupleShape(results), operand_shapes, /*opaque=*/"",
-      /*has_side_effect=*/all_empty, aliasing, /*literal=*/nullptr,
+      /*has_side_effect=*/variables_empty, aliasing, /*literal=*/nullptr,
       xla::CustomCallSchedule::SCHEDULE_NONE, xla::CustomCallApiVersion::API_VERSION_TYPED_FFI);
 }
 
