@@ -99,7 +99,7 @@ fbgemm-tests:
 # Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
 # and runs ruff (ruff.toml). CI runs `make lint`.
 PY_SRC_DIRS := python benchmarks demo tests gpu_check tools
-CXX_SRCS = $(wildcard tf_opt_ops/*.h tf_opt_ops/*.cc gpu_check/*.cc serving/*.c)
+CXX_SRCS = $(wildcard tf_opt_ops/*/*.h tf_opt_ops/*/*.cc gpu_check/*.cc serving/*.c)
 
 clang-format:
 	@command -v clang-format >/dev/null || { $(SUDO) apt-get update -qq && \
@@ -148,7 +148,7 @@ $(CUDA_TOOLKIT_STAMP): build_deps/cuda/toolchain.sh build_deps/cuda/toolkit_requ
 
 # ---------------------------------------------------------------- GPU check
 # The CUDA kernels of the .so (the same .cu.cc files) plus gpu_check/capi.cu.cc
-# and the lazy CUDA runtime (tf_opt_ops/cuda_runtime_stub.cc), built with the
+# and the lazy CUDA runtime (tf_opt_ops/platform/cuda_runtime_stub.cc), built with the
 # same clang, toolkit and flags into a small library that gpu_check/gpu_check.py
 # drives from NumPy through ctypes: no TensorFlow, no Bazel. The toolkit's
 # libcudart.so.12 is copied beside it (GPU machines may have no network), and
@@ -169,8 +169,8 @@ GPU_PY ?= $(shell [ -x $(VENV)/bin/python ] && echo $(VENV)/bin/python || echo p
 GPU_CHECK_DIR := gpu_check/build
 GPU_CHECK_LIB := $(GPU_CHECK_DIR)/libtfo_gpu_check.so
 GPU_CHECK_SRCS := sparse_rows.cu.cc lazy_adam_kernels.cu.cc clippy_adagrad_kernels.cu.cc capi.cu.cc
-GPU_CHECK_HDRS := tf_opt_ops/gpu_launchers.h tf_opt_ops/gpu_kernel_util.cu.h \
-	tf_opt_ops/optimizer_math.h $(CUDA_COPTS_FILE)
+GPU_CHECK_HDRS := tf_opt_ops/core/gpu_launchers.h tf_opt_ops/core/gpu_kernel_util.cu.h \
+	tf_opt_ops/core/optimizer_math.h $(CUDA_COPTS_FILE)
 comma := ,
 gpu_archs = $(subst $(comma), ,$(GPU_CHECK_ARCHS))
 # SASS for each architecture, PTX for the last (as build_deps/cuda/cuda.bzl).
@@ -178,7 +178,7 @@ GPU_ARCH_FLAGS = $(foreach a,$(gpu_archs),--cuda-gpu-arch=sm_$(a)) \
 	$(foreach a,$(filter-out $(lastword $(gpu_archs)),$(gpu_archs)),--no-cuda-include-ptx=sm_$(a))
 GPU_CUDA_FLAGS := --cuda-path=$(CUDA_TOOLKIT_DIR) \
 	$(shell sed -n 's/^ *"\(-[^"]*\)",.*$$/\1/p' $(CUDA_COPTS_FILE)) -I.
-vpath %.cu.cc tf_opt_ops gpu_check
+vpath %.cu.cc tf_opt_ops/core gpu_check
 
 # Objects go to one folder per architecture list, so that new architectures
 # (a reconfigured .bazelrc) rebuild them and relink the library.
@@ -188,7 +188,7 @@ $(GPU_CHECK_OBJ_DIR)/%.o: %.cu.cc $(GPU_CHECK_HDRS) | $(GPU_CHECK_OBJ_DIR) cuda-
 	$(if $(gpu_archs),,$(error no GPU architectures: set GPU_CHECK_ARCHS=90 (comma-separated) or fix configure.sh's TF_CUDA_ARCHS default))
 	$(CUDA_CLANG) -c -x cuda $(GPU_CUDA_FLAGS) $(GPU_ARCH_FLAGS) -o $@ $<
 
-$(GPU_CHECK_DIR)/cuda_runtime_stub.o: tf_opt_ops/cuda_runtime_stub.cc | $(GPU_CHECK_OBJ_DIR) cuda-toolchain
+$(GPU_CHECK_DIR)/cuda_runtime_stub.o: tf_opt_ops/platform/cuda_runtime_stub.cc | $(GPU_CHECK_OBJ_DIR) cuda-toolchain
 	$(CUDA_CLANG) -c -x c++ -std=c++17 -O2 -fPIC -fvisibility=hidden \
 	  -isystem $(CUDA_TOOLKIT_DIR)/include -o $@ $<
 

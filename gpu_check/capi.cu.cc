@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tf_opt_ops/gpu_launchers.h"
-#include "tf_opt_ops/optimizer_math.h"
+#include "tf_opt_ops/core/gpu_launchers.h"
+#include "tf_opt_ops/core/optimizer_math.h"
 
 #define TFO_API extern "C" __attribute__((visibility("default")))
 

@@ -66,7 +66,7 @@ def load_cuda_runtime(lib_path):
   """Loads the libcudart.so.12 `make gpu-check-build` copies beside the library, if there.
 
   The library finds its CUDA runtime only when a call needs it
-  (tf_opt_ops/cuda_runtime_stub.cc): first one already loaded, which this
+  (tf_opt_ops/platform/cuda_runtime_stub.cc): first one already loaded, which this
   makes the copy, then the dynamic loader's search. The lent GPU machines have
   a driver but may have no CUDA 12 runtime and no network. Returns the path
   loaded, or None.

@@ -749,7 +749,7 @@ LAZY_ADAM_DOC = """Lazy Adam: sparse gradients update only the rows they name.
   Replaces TensorFlow Addons' and Merlin's `LazyAdam`. A `tf.IndexedSlices`
   gradient (an embedding lookup's) updates only the rows it names, duplicates
   summed, in one fused kernel (the math: op `TfOptOps>ResourceSparseApplyLazyAdam`,
-  `tf_opt_ops/lazy_adam_ops.cc`); a dense gradient gets this flavor's standard
+  `tf_opt_ops/ops/lazy_adam_ops.cc`); a dense gradient gets this flavor's standard
   Adam update. State (slots `m`/`v`, or momentums and velocities) is that of
   this flavor's `Adam`, so checkpoints move both ways. Options are `Adam`'s;
   `amsgrad=True` raises `ValueError`.
@@ -784,7 +784,7 @@ CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302
   Replaces TensorFlow Recommenders' `ClippyAdagrad`, with its options and state
   (an `accumulator` per variable), computed by fused kernels: dense, and sparse
   on the rows a `tf.IndexedSlices` gradient names, duplicates summed (the math:
-  op `TfOptOps>ResourceApplyClippyAdagrad`, `tf_opt_ops/clippy_adagrad_ops.cc`).
+  op `TfOptOps>ResourceApplyClippyAdagrad`, `tf_opt_ops/ops/clippy_adagrad_ops.cc`).
   `export_clipping_factors=True` keeps `clipping_factors`, one scalar variable
   per model variable holding the last scale. `clip_accumulator_update` and
   `use_standard_accumulator_update` cannot both be True.

@@ -89,7 +89,7 @@ def check_registered_build(registered, ours):
 
   Two paths to the same .so are two libraries to the dynamic loader; a copy of
   the same build shares the ops and kernels the first copy registered (see
-  tf_opt_ops/load_guard.cc), another build cannot. Why: see docs/design.md,
+  tf_opt_ops/platform/load_guard.cc), another build cannot. Why: see docs/design.md,
   "Production".
   """
   if registered is None or registered != ours:

@@ -1,7 +1,7 @@
 """Lazy Adam, Adam and Clippy Adagrad written in standard TensorFlow ops.
 
 The same math as the fused kernels (stated once, in the op docs of
-`tf_opt_ops/lazy_adam_ops.cc` and `tf_opt_ops/clippy_adagrad_ops.cc`), for
+`tf_opt_ops/ops/lazy_adam_ops.cc` and `tf_opt_ops/ops/clippy_adagrad_ops.cc`), for
 where those kernels do not run:
 
 - inside an XLA-compiled function where the ops have no XLA kernels (TensorFlow

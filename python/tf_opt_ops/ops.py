@@ -6,8 +6,8 @@ numbers or scalar tensors. Hyperparameters are float64 for float64 variables
 and float32 for every other type (float16/bfloat16 variables compute in float32
 inside the kernels). Duplicate indices are summed inside the kernels; rows not
 named by `indices` are not read or written. Each update's formula is stated
-once, in its op's doc (`tf_opt_ops/lazy_adam_ops.cc`,
-`tf_opt_ops/clippy_adagrad_ops.cc`).
+once, in its op's doc (`tf_opt_ops/ops/lazy_adam_ops.cc`,
+`tf_opt_ops/ops/clippy_adagrad_ops.cc`).
 """
 
 import tensorflow as tf
@@ -39,7 +39,7 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
-  (`tf_opt_ops/lazy_adam_ops.cc`). `beta_1_power`/`beta_2_power` are beta^t for
+  (`tf_opt_ops/ops/lazy_adam_ops.cc`). `beta_1_power`/`beta_2_power` are beta^t for
   the 1-based step t, as in `tf.raw_ops.ResourceApplyAdam`. Returns the op (no
   outputs).
 
@@ -76,7 +76,7 @@ def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relativ
   """Clippy Adagrad on every element of `var` with a dense `grad`.
 
   The formula is the doc of op `TfOptOps>ResourceApplyClippyAdagrad`
-  (`tf_opt_ops/clippy_adagrad_ops.cc`). Returns the clipping scale in [0, 1]
+  (`tf_opt_ops/ops/clippy_adagrad_ops.cc`). Returns the clipping scale in [0, 1]
   (float64 for float64 variables, float32 otherwise), one per variable. `var`
   may be 0-D. An accumulator of another dtype than `var` (`accumulator_dtype`,
   read from `accum` when it is a variable), or `stochastic_rounding` of a 16-bit

@@ -1,10 +1,10 @@
 """NumPy references of the update rules, one function per op, in pure NumPy.
 
 The formulas are stated once, in the op registration docs of
-`tf_opt_ops/lazy_adam_ops.cc` and `tf_opt_ops/clippy_adagrad_ops.cc`; see also
+`tf_opt_ops/ops/lazy_adam_ops.cc` and `tf_opt_ops/ops/clippy_adagrad_ops.cc`; see also
 docs/design.md, "The math"; `sparse_rowwise_adagrad` states FBGEMM's exact
 row-wise Adagrad (docs/rowwise_adagrad.md), which its op is to be held to. Each
-function here mirrors the per-element code of `tf_opt_ops/optimizer_math.h`
+function here mirrors the per-element code of `tf_opt_ops/core/optimizer_math.h`
 operation for operation, in the compute type
 (float32 for every storage type but float64), rounding only when storing, and
 sums duplicate gradient rows in input order, as the CPU and GPU kernels do. So

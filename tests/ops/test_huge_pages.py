@@ -1,4 +1,4 @@
-"""Huge pages for the tables of CPU sparse updates (tf_opt_ops/huge_pages.h).
+"""Huge pages for the tables of CPU sparse updates (tf_opt_ops/platform/huge_pages.h).
 
 A table's buffer is collapsed into 2 MiB pages once it has stayed for 4 sparse
 updates; a variable whose collapsed buffer was replaced (here by a dense

@@ -148,6 +148,38 @@ def test_uninitialized_variable():
   assert_unchanged(before, (m, v))
 
 
+def test_uninitialized_variable_after_a_failed_xla_call():
+  # The failed compiled call leaves the variable's resource behind with no
+  # dtype: each later call, eager or in a graph, still says what is wrong
+  # (uninitialized), not that its dtype differs from the gradient's.
+  _, m, v = state()
+  before = snapshot((m, v))
+  handle = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[ROWS, DIM],
+                                  shared_name="tf_opt_ops_failed_xla_call")
+
+  @tf.function(jit_compile=True)
+  def compiled():
+    lazy_adam(handle, m, v, GOOD_GRAD, [0, 1, 2])
+
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="var is an uninitialized or deleted variable"):
+    compiled()
+
+  def eager():
+    lazy_adam(handle, m, v, GOOD_GRAD, [0, 1, 2])
+
+  for call in (eager, tf.function(eager)):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape("var is uninitialized (input 0 of")) as error:
+      call()
+    assert "dtype" not in str(error.value)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=re.escape("accum is uninitialized (input 1 of")) as error:
+    ops.sparse_clippy_adagrad(m, handle, GOOD_GRAD, [0, 1, 2])
+  assert "dtype" not in str(error.value)
+  assert_unchanged(before, (m, v))
+
+
 def test_both_clippy_accumulator_flags():
   var, accum = state(2)
   before = snapshot((var, accum))

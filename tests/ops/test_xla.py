@@ -375,6 +375,24 @@ def test_bad_index_fails_the_step_and_changes_nothing(op, bad):
   assert not np.array_equal(tables[0].numpy(), before[0])
 
 
+@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad"])
+def test_index_into_a_table_of_no_rows_fails_eagerly_in_a_graph_and_under_xla(op):
+  # Every variable the custom call updates is then empty, and nothing reads
+  # Clippy's scale here: XLA would drop the call, and its index check, unless
+  # the call is kept.
+  n, apply = _sparse_ops()[op]
+  tables = _tables(n, rows=0)
+
+  def step(g, i):
+    apply(tables, g, i)
+
+  for run in (step, tf.function(step), tf.function(step, jit_compile=True)):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape("indices[0] = 0 is not in [0, 0)")):
+      run(tf.ones((1, 4)), tf.constant([0]))
+  assert [t.shape.as_list() for t in tables] == [[0, 4]] * n
+
+
 @pytest.mark.parametrize("flavor", FLAVORS)
 @pytest.mark.parametrize("opt_name", OPTS)
 def test_bad_index_in_an_optimizer_step_leaves_tables_and_slots(flavor, opt_name):

@@ -1,4 +1,4 @@
-"""The lazy CUDA runtime (tf_opt_ops/cuda_runtime_stub.cc) at work, on a CPU.
+"""The lazy CUDA runtime (tf_opt_ops/platform/cuda_runtime_stub.cc) at work, on a CPU.
 
 A small probe library is built from the stub and a one-kernel .cu file with
 the configured clang, CUDA toolkit and the kernels' flags; each check loads
@@ -155,7 +155,7 @@ def built(tmp_path_factory):
       clang, "-c", "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-isystem",
       os.path.join(toolkit, "include"), "-o",
       str(out / "stub.o"),
-      os.path.join(ROOT, "tf_opt_ops", "cuda_runtime_stub.cc")
+      os.path.join(ROOT, "tf_opt_ops", "platform", "cuda_runtime_stub.cc")
   ])
   _run([
       _compiler("c++"), "-shared", "-o",

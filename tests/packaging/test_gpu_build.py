@@ -7,7 +7,7 @@
   running TensorFlow's own CUDA build (same major version, ours no newer), as
   do the GPU architectures;
 - the .so needs no CUDA library: its CUDA runtime calls go through a hidden
-  stub (tf_opt_ops/cuda_runtime_stub.cc; tests/packaging/test_cuda_runtime_stub.py runs
+  stub (tf_opt_ops/platform/cuda_runtime_stub.cc; tests/packaging/test_cuda_runtime_stub.py runs
   it) that forwards them to the process's libcudart.so.12: no undefined CUDA
   symbol, nothing CUDA exported, NEEDED only libtensorflow_framework.so.2 and
   the C/C++ runtime, every forwarded function present in the CUDA 12.2
@@ -281,7 +281,7 @@ def test_ptx_float_math_is_correctly_rounded_and_not_contracted(source, tmp_path
       clang, "--cuda-device-only", "-S", "-x", "cuda", f"--cuda-path={toolkit}",
       f"--cuda-gpu-arch=sm_{BUILD_INFO['CUDA_ARCHS'][-1]}", *cuda_copts(), f"-I{ROOT}", "-o",
       str(ptx),
-      os.path.join(ROOT, "tf_opt_ops", f"{source}.cu.cc")
+      os.path.join(ROOT, "tf_opt_ops", "core", f"{source}.cu.cc")
   ], check=True, capture_output=True, text=True)
   text = ptx.read_text()
   float_ops = set(
@@ -330,7 +330,7 @@ def test_gpu_check_build_uses_the_bazel_clang_flags_and_archs():
   ]
   assert len(compiles) == 4, out  # three kernel files and the C API
   # The lazy CUDA runtime is in the library too, as in the .so.
-  assert "cudaclang -c -x c++" in out and "tf_opt_ops/cuda_runtime_stub.cc" in out, out
+  assert "cudaclang -c -x c++" in out and "tf_opt_ops/platform/cuda_runtime_stub.cc" in out, out
   copts = cuda_copts()
   assert "-ffp-contract=off" in copts  # CPU and GPU agree bit for bit only without FMA
   archs = _expected_archs()

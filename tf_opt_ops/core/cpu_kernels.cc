@@ -1,0 +1,200 @@
+// The CPU updates of cpu_kernels.h, instantiated for every variable and index
+// type of the ops.
+#define EIGEN_USE_THREADS  // before any Eigen header: the loops run on a thread pool
+
+#include "tf_opt_ops/core/cpu_kernels.h"
+
+#include <algorithm>
+#include <mutex>
+#include <type_traits>
+
+#include "tf_opt_ops/core/cpu_row_loops.h"
+
+namespace tf_opt_ops {
+namespace cpu {
+namespace {
+
+constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dense Clippy op
+
+// Calls f(std::integral_constant<bool, stochastic>{}), or with false where the
+// slot type S holds every compute value exactly (nothing to round).
+template <typename S, typename F>
+void WithRounding(bool stochastic, F&& f) {
+  if constexpr (HalfKindOf<S>::value != HalfKind::kNone) {
+    if (stochastic) {
+      f(std::true_type{});
+      return;
+    }
+  }
+  f(std::false_type{});
+}
+
+// Clippy's two passes over `count` spans in parallel: span k covers
+// `length(k)` elements of var/accum from `offset(k)` (the flat index of the
+// first, which keys the accumulator's rounding noise) and of the gradient
+// from `grad_offset(k)`. Returns the scale.
+template <typename T, typename A, typename G, typename Offset, typename Length, typename GradOffset>
+ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad, int64_t count,
+                            int64_t span, Offset offset, Length length, GradOffset grad_offset,
+                            const ClippyStep<ComputeT<T>>& step) {
+  using C = ComputeT<T>;
+  std::mutex mu;
+  C min_ratio = C(1);
+  C scale = C(1);
+  const double bytes = span * (2.0 * sizeof(T) + sizeof(A));
+  WithRounding<A>(step.stochastic_rounding, [&](auto stochastic) {
+    constexpr bool kStochastic = decltype(stochastic)::value;
+    ForEachItem(
+        pool, count, Eigen::TensorOpCost(bytes, 0, 15.0 * span), [&](int64_t begin, int64_t end) {
+          C local = C(1);
+          ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
+                      [&](int64_t k, int64_t o) {
+                        local = ClippyRatioRow<kStochastic>(
+                            var + o, accum + o, grad + grad_offset(k), length(k), o, step, local);
+                      });
+          std::lock_guard<std::mutex> lock(mu);
+          min_ratio = NanMin<C>(min_ratio, local);
+        });
+    scale = ClippyScale<C>(min_ratio);
+    ForEachItem(
+        pool, count, Eigen::TensorOpCost(bytes, span * (1.0 * sizeof(T) + sizeof(A)), 15.0 * span),
+        [&](int64_t begin, int64_t end) {
+          ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
+                      [&](int64_t k, int64_t o) {
+                        ClippyApplyRow<kStochastic>(var + o, accum + o, grad + grad_offset(k),
+                                                    length(k), o, scale, step);
+                      });
+        });
+  });
+  return scale;
+}
+
+// The touched rows of a sparse update: the distinct rows of its indices,
+// each one's summed gradient row, and where each lies in the tables.
+template <typename T>
+struct TouchedRows {
+  template <typename Tindex>
+  absl::Status Init(const CpuPool& pool, const SparseGrad<T, Tindex>& grad) {
+    dim = grad.row_size;
+    absl::Status status =
+        GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
+    if (!status.ok()) return status;
+    return grad_rows.Init(pool, groups, grad.grad, dim);
+  }
+
+  // The offset of distinct row u in the tables (64-bit: tables past 2^31
+  // elements) and its length.
+  auto offset() const {
+    return [rows = groups.rows(), dim = dim](int64_t u) { return rows[u] * dim; };
+  }
+  auto length() const {
+    return [dim = dim](int64_t) { return dim; };
+  }
+
+  RowGroups groups;
+  SummedGradRows<T> grad_rows;
+  int64_t dim = 0;
+};
+
+}  // namespace
+
+template <typename T, typename S, typename Tindex>
+absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
+                                 S* m, S* v, const AdamStep<ComputeT<T>>& step,
+                                 const AdamStateLayout& layout) {
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
+  if (!status.ok()) return status;
+  const int64_t dim = touched.dim;
+  const int64_t* rows = touched.groups.rows();
+  const auto offset = touched.offset();
+  const auto length = touched.length();
+  const bool rowwise = layout.rowwise_second_moment;
+  // Per row: read var, m, v, g; write var, m, v.
+  const double v_bytes = rowwise ? sizeof(S) : dim * sizeof(S);
+  const Eigen::TensorOpCost cost(dim * (2.0 * sizeof(T) + sizeof(S)) + v_bytes,
+                                 dim * (1.0 * sizeof(T) + sizeof(S)) + v_bytes, 20.0 * dim);
+  touched.grad_rows.Visit([&](const auto* g) {
+    WithRounding<S>(layout.stochastic_rounding, [&](auto stochastic) {
+      constexpr bool kStochastic = decltype(stochastic)::value;
+      ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+        if (rowwise) {
+          ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v, dim)}, offset, length,
+                      [&](int64_t u, int64_t o) {
+                        const RowNoise noise =
+                            kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
+                        LazyAdamRowwiseRow<kStochastic, T, S>(var + o, m + o, v + rows[u],
+                                                              g + u * dim, dim, step, noise);
+                      });
+        } else {
+          ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v)}, offset, length,
+                      [&](int64_t u, int64_t o) {
+                        const RowNoise noise =
+                            kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
+                        LazyAdamRow<kStochastic, T, S>(var + o, m + o, v + o, g + u * dim, dim,
+                                                       step, noise);
+                      });
+        }
+      });
+    });
+  });
+  return absl::OkStatus();
+}
+
+template <typename T, typename A>
+ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, A* accum,
+                               const ClippyStep<ComputeT<T>>& step) {
+  // The dense variable as contiguous blocks, whatever its shape.
+  const auto offset = [](int64_t k) { return k * kBlock; };
+  const auto length = [size](int64_t k) { return std::min(kBlock, size - k * kBlock); };
+  return ClippyTwoPasses(pool, var, accum, grad, (size + kBlock - 1) / kBlock, kBlock, offset,
+                         length, offset, step);
+}
+
+template <typename T, typename A, typename Tindex>
+absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                                      T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
+                                      ComputeT<T>* scale) {
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
+  if (!status.ok()) return status;
+  const int64_t dim = touched.dim;
+  const auto grad_offset = [dim](int64_t u) { return u * dim; };
+  touched.grad_rows.Visit([&](const auto* g) {
+    *scale = ClippyTwoPasses(pool, var, accum, g, touched.groups.num_unique(), dim,
+                             touched.offset(), touched.length(), grad_offset, step);
+  });
+  return absl::OkStatus();
+}
+
+// Every variable type of the ops (half, bfloat16, float, double), with both
+// index types; S is the type of the slots or the accumulator.
+#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, Tindex)                                           \
+  template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                                    \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, S*, const AdamStep<ComputeT<T>>&, \
+      const AdamStateLayout&);                                                                \
+  template absl::Status SparseApplyClippyAdagrad<T, S, Tindex>(                               \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, const ClippyStep<ComputeT<T>>&,   \
+      ComputeT<T>*);
+#define TF_OPT_OPS_INSTANTIATE(T, S)                                                       \
+  template ComputeT<T> ApplyClippyAdagrad<T, S>(const CpuPool&, int64_t, const T*, T*, S*, \
+                                                const ClippyStep<ComputeT<T>>&);           \
+  TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, int32_t)                                             \
+  TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, int64_t)
+TF_OPT_OPS_INSTANTIATE(Eigen::half, Eigen::half)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE(float, float)
+TF_OPT_OPS_INSTANTIATE(double, double)
+// Light state (the V2 ops): a 16-bit or float32 table with slots or an
+// accumulator of another of those types.
+TF_OPT_OPS_INSTANTIATE(Eigen::half, Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE(Eigen::half, float)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, Eigen::half)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, float)
+TF_OPT_OPS_INSTANTIATE(float, Eigen::half)
+TF_OPT_OPS_INSTANTIATE(float, Eigen::bfloat16)
+#undef TF_OPT_OPS_INSTANTIATE
+#undef TF_OPT_OPS_INSTANTIATE_SPARSE
+
+}  // namespace cpu
+}  // namespace tf_opt_ops

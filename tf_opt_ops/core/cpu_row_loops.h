@@ -1,0 +1,184 @@
+// The CPU kernels' loops: work split over a thread pool (cpu_pool.h: the
+// intra-op pool of an OpKernel, XLA's for a custom call), one prefetching loop
+// over the touched spans of the tables, and the grouping and summing of
+// duplicate gradient rows. The per-element math they run is
+// optimizer_math.h's. Why: see docs/design.md, "One training step".
+#ifndef TF_OPT_OPS_CORE_CPU_ROW_LOOPS_H_
+#define TF_OPT_OPS_CORE_CPU_ROW_LOOPS_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tf_opt_ops/core/cpu_pool.h"
+#include "tf_opt_ops/core/errors.h"
+#include "tf_opt_ops/core/optimizer_math.h"
+#include "tf_opt_ops/core/row_groups.h"
+
+namespace tf_opt_ops {
+
+// Updates that move less than this run on the calling thread: waking a pool
+// thread costs more than such an update takes on one core.
+constexpr double kInlineBytes = 1 << 20;
+
+// Runs fn(begin, end) over [0, n): inline for small work, otherwise split over
+// the pool with `cost` per item.
+template <typename F>
+void ForEachItem(const CpuPool& pool, int64_t n, const Eigen::TensorOpCost& cost, F&& fn) {
+  if (n * (cost.bytes_loaded() + cost.bytes_stored()) < kInlineBytes) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool.ParallelFor(n, cost, std::forward<F>(fn));
+}
+
+// Touched rows are scattered over tables far larger than the caches, so the
+// hardware prefetcher cannot guess the next one: the span loop asks for the
+// spans kAhead ahead while it works on the current one. The distance grows as
+// spans narrow, so that about as many cache lines are in flight (narrow rows
+// gain from a longer distance, wide ones do not). A compile-time distance: one
+// read at run time cost more than it saved. The measurements: docs/benchmarks.md,
+// "Measurements behind the design".
+constexpr int64_t kPrefetchSpansNarrow = 16;  // spans of <= 64 bytes per table
+constexpr int64_t kPrefetchSpansMedium = 8;   // spans of <= 128 bytes per table
+constexpr int64_t kPrefetchSpans = 6;         // wider spans
+
+// Prefetches `bytes` from `p` for writing, one cache line at a time.
+inline void PrefetchForWrite(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, /*rw=*/1, /*locality=*/3);
+}
+
+// A table the span loop prefetches: span k covers `length(k)` elements from
+// element `offset(k)`, of `element_bytes` each; a table holding one value per
+// `per_value` elements (row-wise v: one per row) covers its share of them.
+struct SpanTable {
+  const void* data;
+  int64_t element_bytes;
+  int64_t per_value;
+};
+template <typename T>
+SpanTable TableOf(T* data, int64_t per_value = 1) {
+  return SpanTable{data, static_cast<int64_t>(sizeof(T)), per_value};
+}
+
+template <int64_t kAhead, typename Offset, typename Length, typename F>
+void ForEachSpanAhead(int64_t begin, int64_t end, std::initializer_list<SpanTable> tables,
+                      Offset offset, Length length, F&& fn) {
+  for (int64_t k = begin; k < end; ++k) {
+    if (k + kAhead < end) {
+      const int64_t ahead = offset(k + kAhead);
+      const int64_t count = length(k + kAhead);
+      for (const SpanTable& table : tables) {
+        const int64_t values =
+            table.per_value == 1 ? count : (count + table.per_value - 1) / table.per_value;
+        PrefetchForWrite(
+            static_cast<const char*>(table.data) + ahead / table.per_value * table.element_bytes,
+            values * table.element_bytes);
+      }
+    }
+    fn(k, offset(k));
+  }
+}
+
+// The one loop over touched spans, for every CPU kernel: calls
+// fn(k, offset(k)) for k in [begin, end), where span k is the `length(k)`
+// elements from `offset(k)` in each of `tables` (a row of a sparse update,
+// a block of a dense one), prefetching the spans ahead (distance by the
+// width of the first table's first span: all are as wide, but a dense
+// variable's last).
+template <typename Offset, typename Length, typename F>
+void ForEachSpan(int64_t begin, int64_t end, std::initializer_list<SpanTable> tables, Offset offset,
+                 Length length, F&& fn) {
+  if (begin >= end) return;
+  const int64_t span_bytes = length(begin) * tables.begin()->element_bytes;
+  if (span_bytes <= 64) {
+    ForEachSpanAhead<kPrefetchSpansNarrow>(begin, end, tables, offset, length, fn);
+  } else if (span_bytes <= 128) {
+    ForEachSpanAhead<kPrefetchSpansMedium>(begin, end, tables, offset, length, fn);
+  } else {
+    ForEachSpanAhead<kPrefetchSpans>(begin, end, tables, offset, length, fn);
+  }
+}
+
+// Groups the `n` indices by row after checking each is in [0, num_rows), on
+// the pool for large batches.
+template <typename Tindex>
+absl::Status GroupRows(const CpuPool& pool, const Tindex* indices, int64_t n, int64_t num_rows,
+                       RowGroups* groups) {
+  // Per work item: RowGroups::kChunk indices read, a few passes each.
+  const Eigen::TensorOpCost cost(4.0 * RowGroups::kChunk * sizeof(Tindex),
+                                 2.0 * RowGroups::kChunk * sizeof(int64_t),
+                                 20.0 * RowGroups::kChunk);
+  const auto parallel_for = [&pool, &cost](int64_t count, const auto& fn) {
+    pool.ParallelFor(count, cost, fn);
+  };
+  const int64_t bad = groups->Build(indices, n, num_rows, parallel_for);
+  if (bad >= 0) return IndexOutOfRange(bad, static_cast<int64_t>(indices[bad]), num_rows);
+  return absl::OkStatus();
+}
+
+// The gradient of each unique row, as a row-major [num_unique, dim] array:
+// the caller's grad itself when there are no duplicates, otherwise the
+// duplicate-summed rows (in the compute type C) in a temporary owned here
+// (heap memory: a custom call has no OpKernelContext to allocate from).
+template <typename T>
+class SummedGradRows {
+ public:
+  using C = ComputeT<T>;
+
+  absl::Status Init(const CpuPool& pool, const RowGroups& groups, const T* grad, int64_t dim) {
+    grad_ = grad;
+    if (!groups.has_duplicates()) return absl::OkStatus();
+    // Cache-line aligned, as TensorFlow's allocator gives it; the size a
+    // multiple of 64 and not 0, as std::aligned_alloc requires.
+    const size_t bytes = static_cast<size_t>(groups.num_unique() * dim) * sizeof(C);
+    summed_.reset(static_cast<C*>(std::aligned_alloc(64, bytes / 64 * 64 + 64)));
+    if (summed_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory summing the gradient rows of duplicate indices (", bytes, " bytes)"));
+    }
+    C* out = summed_.get();
+    const auto sum_groups = [&](int64_t begin, int64_t end) {
+      for (int64_t u = begin; u < end; ++u) {
+        C* row = out + u * dim;
+        int64_t p = groups.first(u);
+        const T* g = grad + p * dim;
+        for (int64_t j = 0; j < dim; ++j) row[j] = Load<C>(g[j]);
+        for (p = groups.next(p); p >= 0; p = groups.next(p)) {
+          g = grad + p * dim;
+          for (int64_t j = 0; j < dim; ++j) row[j] += Load<C>(g[j]);
+        }
+      }
+    };
+    ForEachItem(pool, groups.num_unique(),
+                Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim), sum_groups);
+    return absl::OkStatus();
+  }
+
+  // Calls f(rows) with a `const T*` or `const C*` pointer to the rows.
+  template <typename F>
+  void Visit(F&& f) const {
+    if (summed_ != nullptr) {
+      f(static_cast<const C*>(summed_.get()));
+    } else {
+      f(grad_);
+    }
+  }
+
+ private:
+  struct Free {
+    void operator()(C* p) const { std::free(p); }
+  };
+
+  const T* grad_ = nullptr;
+  std::unique_ptr<C, Free> summed_;
+};
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_CORE_CPU_ROW_LOOPS_H_

@@ -1,0 +1,635 @@
+// Per-element math of the fused optimizers, shared by the CPU and CUDA kernels.
+// The update rules themselves are stated once, in the op registrations'
+// documentation (lazy_adam_ops.cc, clippy_adagrad_ops.cc); this is their code.
+//
+// No TensorFlow or Eigen includes: the CUDA compiler compiles this header in
+// the TF-free .cu.cc files, and the CPU kernels inline it into plain loops the
+// compiler can vectorize. `T` is the stored type (float, double, Eigen::half,
+// Eigen::bfloat16, __half, __nv_bfloat16); `C` is the compute type (float for
+// every type except double), so half types only round when stored.
+#ifndef TF_OPT_OPS_CORE_OPTIMIZER_MATH_H_
+#define TF_OPT_OPS_CORE_OPTIMIZER_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#define TF_OPT_OPS_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define TF_OPT_OPS_HOST_DEVICE inline
+#endif
+
+#define TF_OPT_OPS_RESTRICT __restrict__
+
+// Eigen's 16-bit types, for HalfKindOf below.
+namespace Eigen {
+struct half;
+struct bfloat16;
+}  // namespace Eigen
+
+namespace tf_opt_ops {
+
+// Compute type: double stays double, everything narrower computes in float.
+template <typename T>
+struct ComputeType {
+  using type = float;
+};
+template <>
+struct ComputeType<double> {
+  using type = double;
+};
+template <typename T>
+using ComputeT = typename ComputeType<T>::type;
+
+template <typename C, typename T>
+TF_OPT_OPS_HOST_DEVICE C Load(const T& x) {
+  return static_cast<C>(x);
+}
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE T Store(C x) {
+  return static_cast<T>(x);
+}
+
+#if defined(__CUDACC__)
+// CUDA's half types, spelled out rather than left to their conversion
+// operators (which -D__CUDA_NO_HALF_CONVERSIONS__ removes). Stores round to
+// nearest even, as Eigen::half and Eigen::bfloat16 do on the CPU.
+template <>
+TF_OPT_OPS_HOST_DEVICE float Load<float, __half>(const __half& x) {
+  return __half2float(x);
+}
+template <>
+TF_OPT_OPS_HOST_DEVICE __half Store<__half, float>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+TF_OPT_OPS_HOST_DEVICE float Load<float, __nv_bfloat16>(const __nv_bfloat16& x) {
+  return __bfloat162float(x);
+}
+template <>
+TF_OPT_OPS_HOST_DEVICE __nv_bfloat16 Store<__nv_bfloat16, float>(float x) {
+  return __float2bfloat16_rn(x);
+}
+#endif  // __CUDACC__
+
+#if defined(__CUDA_ARCH__)
+// Correctly rounded square roots on the GPU, as std::sqrt on the host, so
+// both agree bit for bit. Spelled out: a plain float sqrt() is sqrt.approx
+// under clang's CUDA (libdevice's choice without a precise-sqrt request).
+__device__ __forceinline__ float SqrtRn(float x) { return __fsqrt_rn(x); }
+__device__ __forceinline__ double SqrtRn(double x) { return __dsqrt_rn(x); }
+#endif
+
+// std:: overloads keep float in float on the host; CUDA's device overloads
+// of fabs do the same on the GPU.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C Sqrt(C x) {
+#if defined(__CUDA_ARCH__)
+  return SqrtRn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C Abs(C x) {
+#if defined(__CUDA_ARCH__)
+  return fabs(x);
+#else
+  return std::fabs(x);
+#endif
+}
+
+// ---------------------------------------------------------------- lazy Adam
+// Hyperparameters of one step, with the bias correction folded into lr_t the
+// way TensorFlow's ApplyAdam does (see the ResourceSparseApplyLazyAdam doc).
+template <typename C>
+struct AdamStep {
+  C lr_t;
+  C beta1;
+  C one_minus_beta1;
+  C beta2;
+  C one_minus_beta2;
+  C epsilon;
+};
+
+// The one conversion of AdamStep between compute types: the OpKernels widen
+// to double for the launchers, which narrow back (exactly) in the kernels.
+template <typename To, typename From>
+TF_OPT_OPS_HOST_DEVICE AdamStep<To> CastStep(const AdamStep<From>& s) {
+  return AdamStep<To>{static_cast<To>(s.lr_t),
+                      static_cast<To>(s.beta1),
+                      static_cast<To>(s.one_minus_beta1),
+                      static_cast<To>(s.beta2),
+                      static_cast<To>(s.one_minus_beta2),
+                      static_cast<To>(s.epsilon)};
+}
+
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilon, C beta1_power,
+                                                C beta2_power) {
+  AdamStep<C> s;
+  s.lr_t = lr * Sqrt<C>(C(1) - beta2_power) / (C(1) - beta1_power);
+  s.beta1 = beta1;
+  s.one_minus_beta1 = C(1) - beta1;
+  s.beta2 = beta2;
+  s.one_minus_beta2 = C(1) - beta2;
+  s.epsilon = epsilon;
+  return s;
+}
+
+// ------------------------------------------------------ light slot state
+// A lazy Adam update may keep its slots lighter than its table: in another
+// type (slot_dtype, with stochastic rounding when that type is 16-bit) and
+// with v per row instead of per element (FBGEMM's partial row-wise Adam).
+// The state's layout is fixed per variable; the rounding noise is keyed by
+// (seed, step, row, column), so a rerun, the CPU and the GPU round alike.
+struct AdamStateLayout {
+  bool rowwise_second_moment = false;  // v holds one value per row of var
+  bool stochastic_rounding = false;    // 16-bit slots round stochastically
+  uint64_t seed = 0;
+  int64_t step = 0;  // the 1-based step t
+};
+
+// Which 16-bit format a slot type is (none: float and double, which hold a
+// float compute value exactly), for the CUDA types and for Eigen's. Eigen's
+// are only declared here (this header includes no Eigen); FromBits, a
+// template, is compiled where the type is complete.
+enum class HalfKind { kNone, kFloat16, kBfloat16 };
+template <typename S>
+struct HalfKindOf {
+  static constexpr HalfKind value = HalfKind::kNone;
+};
+#if defined(__CUDACC__)
+template <>
+struct HalfKindOf<__half> {
+  static constexpr HalfKind value = HalfKind::kFloat16;
+};
+template <>
+struct HalfKindOf<__nv_bfloat16> {
+  static constexpr HalfKind value = HalfKind::kBfloat16;
+  static TF_OPT_OPS_HOST_DEVICE __nv_bfloat16 FromBits(uint16_t bits) {
+    return __ushort_as_bfloat16(bits);
+  }
+};
+#endif
+template <>
+struct HalfKindOf<Eigen::half> {
+  static constexpr HalfKind value = HalfKind::kFloat16;
+};
+template <>
+struct HalfKindOf<Eigen::bfloat16> {
+  static constexpr HalfKind value = HalfKind::kBfloat16;
+  template <typename B = Eigen::bfloat16>
+  static B FromBits(uint16_t bits) {
+    B out;
+    __builtin_memcpy(static_cast<void*>(&out), &bits, sizeof(out));  // trivially copyable
+    return out;
+  }
+};
+
+TF_OPT_OPS_HOST_DEVICE uint32_t FloatBits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  __builtin_memcpy(&bits, &x, sizeof(bits));
+  return bits;
+#endif
+}
+TF_OPT_OPS_HOST_DEVICE float BitsFloat(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float x;
+  __builtin_memcpy(&x, &bits, sizeof(x));
+  return x;
+#endif
+}
+
+// SplitMix64's finalizer and a 32-bit finalizer (Chris Wellons' lowbias32):
+// the counter-based hash behind the rounding noise.
+TF_OPT_OPS_HOST_DEVICE uint64_t Mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+TF_OPT_OPS_HOST_DEVICE uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// The noise keys of one row: one per slot (m: 0, v: 1), from the step's
+// layout; the noise of element j is Mix32(key + j). Computed once per row.
+struct RowNoise {
+  uint32_t m;
+  uint32_t v;
+};
+TF_OPT_OPS_HOST_DEVICE uint32_t SlotRowKey(const AdamStateLayout& layout, uint64_t slot,
+                                           int64_t row) {
+  const uint64_t step_key = Mix64(Mix64(layout.seed + slot) ^ static_cast<uint64_t>(layout.step));
+  return static_cast<uint32_t>(Mix64(step_key ^ static_cast<uint64_t>(row)) >> 32);
+}
+TF_OPT_OPS_HOST_DEVICE RowNoise RowNoiseOf(const AdamStateLayout& layout, int64_t row) {
+  return RowNoise{SlotRowKey(layout, 0, row), SlotRowKey(layout, 1, row)};
+}
+
+// x rounded to nearest even in S, as Store rounds; for bfloat16 from the bits
+// themselves (NaN quiet, with its sign, as Eigen's conversion), so that no
+// conversion's NaN branch keeps a row loop from vectorizing.
+template <typename S>
+TF_OPT_OPS_HOST_DEVICE S StoreNearest(float x) {
+  if constexpr (HalfKindOf<S>::value == HalfKind::kBfloat16) {
+    const uint32_t bits = FloatBits(x);
+    const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
+    return HalfKindOf<S>::FromBits(static_cast<uint16_t>(x != x ? nan : nearest));
+  } else {
+    return Store<S>(x);
+  }
+}
+
+// x rounded to the 16-bit type S stochastically: to the neighbour of larger
+// magnitude with probability (|x| - lower) / (upper - lower), taking that
+// probability from the 32 random bits `noise`; the result is exact in S.
+// Values S cannot hold finitely (NaN, infinities, beyond S's largest)
+// round to nearest, as Store does. Branch-free, so that row loops vectorize:
+// adding random bits below the kept ones carries into them with exactly the
+// wanted probability, and leaves the sign alone (|x| below S's largest
+// cannot carry into it).
+template <typename S>
+TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
+  constexpr HalfKind kind = HalfKindOf<S>::value;
+  if constexpr (kind == HalfKind::kNone) {
+    return Store<S>(x);
+  } else {
+    const uint32_t bits = FloatBits(x);
+    const float a = Abs<float>(x);
+    if constexpr (kind == HalfKind::kBfloat16) {
+      // Beyond the largest bfloat16 (and NaN): to nearest, as StoreNearest (whose bits are
+      // selected here, not its result: a select of integers keeps the loop vectorized).
+      const uint32_t stochastic = (bits + (noise >> 16)) >> 16;
+      const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+      const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
+      const uint32_t out = x != x ? nan : (a < 3.38953139e38f ? stochastic : nearest);
+      return HalfKindOf<S>::FromBits(static_cast<uint16_t>(out));
+    } else {
+      // float16 normals keep 11 significant bits; its subnormals are multiples of
+      // 2^-24, rounded up with probability the fraction of 2^-24 (24 random bits).
+      const float normal = BitsFloat((bits + (noise >> 19)) & ~0x1FFFu);
+      const float q = (a < 6.103515625e-05f ? a : 0.0f) * 16777216.0f;
+#if defined(__CUDA_ARCH__)
+      const float whole = floorf(q);
+#else
+      const float whole = std::floor(q);
+#endif
+      const uint32_t fraction = static_cast<uint32_t>((q - whole) * 16777216.0f);
+      const float up = (noise >> 8) < fraction ? 1.0f : 0.0f;
+      const float subnormal =
+          BitsFloat(FloatBits((whole + up) * 5.9604644775390625e-08f) | (bits & 0x80000000u));
+      const float rounded = a >= 6.103515625e-05f ? normal : subnormal;
+      return Store<S>(a < 65504.0f ? rounded : x);  // largest float16
+    }
+  }
+}
+
+// A slot value stored: rounded to nearest, or stochastically with the noise
+// of element j of the row whose key is `key`.
+template <bool kStochastic, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE S StoreSlot(C x, uint32_t key, int64_t j) {
+  if constexpr (kStochastic) {
+    return StoreStochastic<S>(static_cast<float>(x), Mix32(key + static_cast<uint32_t>(j)));
+  } else if constexpr (std::is_same_v<C, float>) {
+    return StoreNearest<S>(x);
+  } else {
+    return Store<S>(x);
+  }
+}
+
+// One element of one touched row; `g` is the (duplicate-summed) gradient.
+// Slots of type S (the table's type T unless the layout says otherwise);
+// `noise` and `j` key stochastic rounding.
+template <bool kStochastic, typename T, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamStep<C>& s,
+                                            RowNoise noise, int64_t j) {
+  const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
+  const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * g * g;
+  *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
+  *v = StoreSlot<kStochastic, S>(v_t, noise.v, j);
+  *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
+}
+
+// One touched row of `n` elements: a plain loop over restrict pointers that
+// the compiler vectorizes (no per-row Eigen expressions). `G` is the stored
+// gradient type, or the compute type for duplicate-summed rows.
+template <bool kStochastic, typename T, typename S, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                        S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
+                                        int64_t n, const AdamStep<C>& s, RowNoise noise) {
+  for (int64_t j = 0; j < n; ++j) {
+    LazyAdamElement<kStochastic, T, S, C>(var + j, m + j, v + j, Load<C>(g[j]), s, noise, j);
+  }
+}
+
+// The mean of g^2 over a row, in one fixed order on every device: lane l of
+// kMeanLanes sums g_j^2 for j = l, l + kMeanLanes, ... in turn, then the
+// lanes are added pairwise, lane l with lane l ^ offset for offset 16, 8, 4,
+// 2, 1 (a warp's butterfly of __shfl_xor_sync). The result is lane 0's.
+constexpr int kMeanLanes = 32;
+
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C ButterflyLaneSum(C* lanes) {
+  for (int offset = kMeanLanes / 2; offset > 0; offset /= 2) {
+    C next[kMeanLanes];
+    for (int l = 0; l < kMeanLanes; ++l) next[l] = lanes[l] + lanes[l ^ offset];
+    for (int l = 0; l < kMeanLanes; ++l) lanes[l] = next[l];
+  }
+  return lanes[0];
+}
+
+template <typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C RowMeanSquare(const G* TF_OPT_OPS_RESTRICT g, int64_t n) {
+  C lanes[kMeanLanes];
+  for (int l = 0; l < kMeanLanes; ++l) lanes[l] = C(0);
+  int64_t j = 0;
+  for (; j + kMeanLanes <= n; j += kMeanLanes) {  // whole chunks: a loop over lanes vectorizes
+    for (int l = 0; l < kMeanLanes; ++l) {
+      const C x = Load<C>(g[j + l]);
+      lanes[l] += x * x;
+    }
+  }
+  for (int l = 0; j + l < n; ++l) {
+    const C x = Load<C>(g[j + l]);
+    lanes[l] += x * x;
+  }
+  return ButterflyLaneSum<C>(lanes) / static_cast<C>(n);
+}
+
+// Row-wise v of one touched row from the row's mean square gradient:
+// v_r = beta2 * v_r + (1 - beta2) * mean_j(g_j^2); returns sqrt(v_r) + epsilon,
+// the denominator of every element of the row (v_r stored, stochastically
+// rounded with element 0's noise of the row's v key).
+template <bool kStochastic, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE C RowwiseSecondMoment(S* v, C mean_square, const AdamStep<C>& s,
+                                             RowNoise noise) {
+  const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * mean_square;
+  *v = StoreSlot<kStochastic, S>(v_t, noise.v, 0);
+  return Sqrt<C>(v_t) + s.epsilon;
+}
+
+// One element of a row with row-wise v: m as in LazyAdamElement, the
+// denominator the row's.
+template <bool kStochastic, typename T, typename S, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denominator,
+                                                   const AdamStep<C>& s, RowNoise noise,
+                                                   int64_t j) {
+  const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
+  *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
+  *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / denominator);
+}
+
+// One touched row with row-wise v (`v` points at the row's one value).
+template <bool kStochastic, typename T, typename S, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                               S* TF_OPT_OPS_RESTRICT v,
+                                               const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                               const AdamStep<C>& s, RowNoise noise) {
+  const C denominator =
+      RowwiseSecondMoment<kStochastic, S, C>(v, RowMeanSquare<G, C>(g, n), s, noise);
+  for (int64_t j = 0; j < n; ++j) {
+    LazyAdamRowwiseElement<kStochastic, T, S, C>(var + j, m + j, Load<C>(g[j]), denominator, s,
+                                                 noise, j);
+  }
+}
+
+// ---------------------------------------------------------- Clippy Adagrad
+// Two passes over the touched elements (see the ResourceApplyClippyAdagrad
+// doc): the first finds the per-variable clipping scale (a min-reduction),
+// the second applies the scaled update. The accumulator has type A: the
+// table's type T, or for ResourceApplyClippyAdagradV2 its own (Taccum),
+// optionally rounded stochastically when stored.
+template <typename C>
+struct ClippyStep {
+  C lr;
+  C epsilon;
+  C variable_relative_threshold;
+  C accumulator_relative_threshold;
+  C absolute_threshold;
+  bool clip_accumulator_update;
+  bool use_standard_accumulator_update;
+  // V2: round a 16-bit accumulator stochastically, with the noise of flat
+  // element e being ClippyNoise(noise_key, e).
+  bool stochastic_rounding = false;
+  uint32_t noise_key = 0;
+};
+
+// The one conversion of ClippyStep between compute types (as CastStep above).
+template <typename To, typename From>
+TF_OPT_OPS_HOST_DEVICE ClippyStep<To> CastStep(const ClippyStep<From>& s) {
+  return ClippyStep<To>{static_cast<To>(s.lr),
+                        static_cast<To>(s.epsilon),
+                        static_cast<To>(s.variable_relative_threshold),
+                        static_cast<To>(s.accumulator_relative_threshold),
+                        static_cast<To>(s.absolute_threshold),
+                        s.clip_accumulator_update,
+                        s.use_standard_accumulator_update,
+                        s.stochastic_rounding,
+                        s.noise_key};
+}
+
+// Clippy's accumulator noise: one key per step (slot 2 of SlotRowKey's
+// scheme), then element e of the flattened accumulator, so that the dense op
+// and the sparse one round an element alike.
+TF_OPT_OPS_HOST_DEVICE uint32_t ClippyNoiseKey(uint64_t seed, int64_t step) {
+  return static_cast<uint32_t>(Mix64(Mix64(seed + 2) ^ static_cast<uint64_t>(step)) >> 32);
+}
+TF_OPT_OPS_HOST_DEVICE uint32_t ClippyNoise(uint32_t key, int64_t e) {
+  const uint64_t element = static_cast<uint64_t>(e);
+  return Mix32(Mix32(key ^ static_cast<uint32_t>(element)) + static_cast<uint32_t>(element >> 32));
+}
+
+// The accumulator value `x` of flat element e, stored.
+template <bool kStochastic, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE A StoreAccum(C x, const ClippyStep<C>& s, int64_t e) {
+  if constexpr (kStochastic) {
+    return StoreStochastic<A>(static_cast<float>(x), ClippyNoise(s.noise_key, e));
+  } else if constexpr (std::is_same_v<C, float>) {
+    return StoreNearest<A>(x);
+  } else {
+    return Store<A>(x);
+  }
+}
+
+// min() that keeps NaN: once a NaN ratio is seen the scale is NaN, as
+// tf.reduce_min/tf.minimum give in TensorFlow Recommenders' ClippyAdagrad.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return b < a ? b : a;
+}
+
+// Pass 1 for one element (flat index e), up to the ratio: sets max_delta and
+// |delta|. With the standard accumulator update the accumulator is
+// incremented here (before the step), so pass 2 must not add g^2 again. The
+// flags are template parameters (= s.use_standard_accumulator_update,
+// s.stochastic_rounding) so the conditional store leaves the loop.
+template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyRatioTerms(const T* var, A* accum, C g, const ClippyStep<C>& s,
+                                             int64_t e, C* max_delta, C* abs_delta) {
+  C a = Load<C>(*accum);
+  if (kStandardUpdate) {
+    *accum = StoreAccum<kStochastic, A>(a + g * g, s, e);
+    a = Load<C>(*accum);  // pass 2 reads the stored (rounded) value too
+  }
+  const C p = C(1) / Sqrt<C>(a + s.epsilon);
+  *abs_delta = Abs<C>(s.lr * g * p);
+  *max_delta = s.variable_relative_threshold * Abs<C>(Load<C>(*var)) +
+               s.accumulator_relative_threshold * p + s.absolute_threshold;
+}
+
+// max_delta / |delta|, or 1 when delta == 0 (NaN when delta is NaN).
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatio(C max_delta, C abs_delta) {
+  const C ratio = max_delta / abs_delta;
+  return abs_delta == C(0) ? C(1) : ratio;
+}
+
+template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const ClippyStep<C>& s,
+                                            int64_t e) {
+  C max_delta, abs_delta;
+  ClippyRatioTerms<kStandardUpdate, kStochastic, T, A, C>(var, accum, g, s, e, &max_delta,
+                                                          &abs_delta);
+  return ClippyRatio<C>(max_delta, abs_delta);
+}
+
+// The same with the flags read at run time (the GPU kernels' form).
+template <typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const ClippyStep<C>& s,
+                                            int64_t e) {
+  if (s.stochastic_rounding) {
+    return s.use_standard_accumulator_update
+               ? ClippyRatioElement<true, true, T, A, C>(var, accum, g, s, e)
+               : ClippyRatioElement<false, true, T, A, C>(var, accum, g, s, e);
+  }
+  return s.use_standard_accumulator_update
+             ? ClippyRatioElement<true, false, T, A, C>(var, accum, g, s, e)
+             : ClippyRatioElement<false, false, T, A, C>(var, accum, g, s, e);
+}
+
+// Final scale from the reduced minimum ratio: min(1, ratio), NaN kept.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyScale(C min_ratio) {
+  return NanMin<C>(C(1), min_ratio);
+}
+
+// Pass 2 for one element (flat index e), with the scale of the whole variable.
+template <bool kStochastic, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
+                                               const ClippyStep<C>& s, int64_t e) {
+  const C a = Load<C>(*accum);
+  const C p = C(1) / Sqrt<C>(a + s.epsilon);
+  const C delta = s.lr * g * p;
+  if (!s.use_standard_accumulator_update) {
+    const C g_acc = s.clip_accumulator_update ? g * scale : g;
+    *accum = StoreAccum<kStochastic, A>(a + g_acc * g_acc, s, e);
+  }
+  *var = Store<T>(Load<C>(*var) - delta * scale);
+}
+
+// The same with the rounding read at run time (the GPU kernels' form).
+template <typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
+                                               const ClippyStep<C>& s, int64_t e) {
+  if (s.stochastic_rounding) {
+    ClippyApplyElement<true, T, A, C>(var, accum, g, scale, s, e);
+  } else {
+    ClippyApplyElement<false, T, A, C>(var, accum, g, scale, s, e);
+  }
+}
+
+// Pass 1 over `n` contiguous elements, the first of flat index `first`:
+// NanMin(min_ratio, every ratio). Host compilers run it as kLanes
+// independent minima in a GCC vector, whose compares and selects compile to
+// one vector instruction each; the terms of each ratio are computed in a
+// plain loop first, so the divide and the delta == 0 select are vector
+// operations too. (GCC will not vectorize a floating-point min reduction
+// without fast-math, and with the lanes as arrays it left the loop scalar, or
+// with a masked store and reload, many times slower than pass 2.) The NaN
+// flag is kept apart, as NaN must win. Device code (which has no use for this
+// row loop) gets the plain loop alone.
+template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
+                                            A* TF_OPT_OPS_RESTRICT accum,
+                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                            int64_t first, const ClippyStep<C>& step, C min_ratio) {
+  const ClippyStep<C> s = step;  // a local copy: no aliasing with the stores
+  C m = min_ratio;
+  bool nan = min_ratio != min_ratio;
+  int64_t j = 0;
+#if !defined(__CUDACC__)
+  constexpr int kLanes = 8;
+  typedef C Lanes __attribute__((vector_size(kLanes * sizeof(C))));
+  Lanes lane_min = Lanes{} + min_ratio;
+  Lanes lane_nan = Lanes{};  // 1 once a lane saw NaN
+  for (; j + kLanes <= n; j += kLanes) {
+    C max_delta[kLanes], abs_delta[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      ClippyRatioTerms<kStandardUpdate, kStochastic, T, A, C>(var + j + l, accum + j + l,
+                                                              Load<C>(g[j + l]), s, first + j + l,
+                                                              max_delta + l, abs_delta + l);
+    }
+    Lanes md, ad;
+    __builtin_memcpy(&md, max_delta, sizeof(md));
+    __builtin_memcpy(&ad, abs_delta, sizeof(ad));
+    const Lanes r = ad == C(0) ? Lanes{} + C(1) : md / ad;  // ClippyRatio, lane-wise
+    lane_min = r < lane_min ? r : lane_min;
+    lane_nan = r == r ? lane_nan : Lanes{} + C(1);
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    m = lane_min[l] < m ? lane_min[l] : m;
+    nan = nan || lane_nan[l] != C(0);
+  }
+#endif
+  for (; j < n; ++j) {
+    const C r = ClippyRatioElement<kStandardUpdate, kStochastic, T, A, C>(
+        var + j, accum + j, Load<C>(g[j]), s, first + j);
+    m = r < m ? r : m;
+    nan = nan || r != r;
+  }
+  return nan ? C(NAN) : m;
+}
+
+template <bool kStochastic, typename T, typename A, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
+                                        A* TF_OPT_OPS_RESTRICT accum,
+                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                        const ClippyStep<C>& s, C min_ratio) {
+  return s.use_standard_accumulator_update ? ClippyRatioRowImpl<true, kStochastic, T, A, G, C>(
+                                                 var, accum, g, n, first, s, min_ratio)
+                                           : ClippyRatioRowImpl<false, kStochastic, T, A, G, C>(
+                                                 var, accum, g, n, first, s, min_ratio);
+}
+
+// Pass 2 over `n` contiguous elements, the first of flat index `first`.
+template <bool kStochastic, typename T, typename A, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
+                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                           C scale, const ClippyStep<C>& s) {
+  for (int64_t j = 0; j < n; ++j) {
+    ClippyApplyElement<kStochastic, T, A, C>(var + j, accum + j, Load<C>(g[j]), scale, s,
+                                             first + j);
+  }
+}
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_CORE_OPTIMIZER_MATH_H_

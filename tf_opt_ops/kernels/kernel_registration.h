@@ -1,0 +1,62 @@
+// Kernel registration that lets a second copy of the library stand aside.
+//
+// Pipelines vendor the .so for tf.load_op_library and also import the Python
+// package, which loads its own copy from another path: two libraries to the
+// dynamic loader, whose static initializers would register every kernel twice
+// (TensorFlow then fails each call with "Multiple OpKernel registrations match
+// NodeDef"). TF_OPT_OPS_REGISTER_KERNEL is REGISTER_KERNEL_BUILDER through
+// TensorFlow's public OpKernelRegistrar, asking first whether an earlier copy
+// already serves our kernels. Why: see docs/design.md, "Production".
+#ifndef TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_
+#define TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_
+
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace tf_opt_ops {
+
+// True when an earlier-loaded copy of this library registered the kernels.
+// load_guard.cc (linked into the .so only) answers; a binary that links the
+// kernels statically (TF Serving) has one copy, and the default says false.
+bool KernelsServedByEarlierCopy();
+
+// Registers the kernel `build()` describes, unless an earlier copy serves it.
+template <typename BuildKernelDef>
+bool RegisterKernel(BuildKernelDef build, const char* kernel_class_name,
+                    ::tensorflow::OpKernel* (*create)(::tensorflow::OpKernelConstruction*)) {
+  if (KernelsServedByEarlierCopy()) return false;
+  ::tensorflow::kernel_factory::OpKernelRegistrar registrar(build(), kernel_class_name, create);
+  return true;
+}
+
+// `builder` on the CPU or (`gpu`) on GPUs, where the kernels read the scalar
+// `hyperparameters` and, with `step`, a V2 op's step input from host memory.
+template <int N>
+::tensorflow::KernelDefBuilder& KernelOn(::tensorflow::KernelDefBuilder&& builder, bool gpu,
+                                         const char* const (&hyperparameters)[N], bool step) {
+  if (!gpu) return builder.Device(::tensorflow::DEVICE_CPU);
+  builder.Device(::tensorflow::DEVICE_GPU);
+  for (const char* name : hyperparameters) builder.HostMemory(name);
+  if (step) builder.HostMemory("step");
+  return builder;
+}
+
+}  // namespace tf_opt_ops
+
+// As REGISTER_KERNEL_BUILDER(kernel_builder, KernelClass), at namespace scope.
+#define TF_OPT_OPS_REGISTER_KERNEL(kernel_builder, ...) \
+  TF_OPT_OPS_REGISTER_KERNEL_UNIQ(__COUNTER__, kernel_builder, __VA_ARGS__)
+#define TF_OPT_OPS_REGISTER_KERNEL_UNIQ(ctr, kernel_builder, ...) \
+  TF_OPT_OPS_REGISTER_KERNEL_IMPL(ctr, kernel_builder, __VA_ARGS__)
+#define TF_OPT_OPS_REGISTER_KERNEL_IMPL(ctr, kernel_builder, ...)                      \
+  [[maybe_unused]] static const bool tf_opt_ops_kernel_registered_##ctr =              \
+      ::tf_opt_ops::RegisterKernel(                                                    \
+          [] {                                                                         \
+            using ::tensorflow::register_kernel::Name;                                 \
+            return (kernel_builder).Build();                                           \
+          },                                                                           \
+          #__VA_ARGS__,                                                                \
+          [](::tensorflow::OpKernelConstruction* context) -> ::tensorflow::OpKernel* { \
+            return new __VA_ARGS__(context);                                           \
+          });
+
+#endif  // TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_

@@ -1,0 +1,153 @@
+// Sparse lazy Adam: OpKernel (validation, locking), the CPU functor, and the
+// GPU functor calling the launcher of lazy_adam_kernels.cu.cc.
+#define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU  // Eigen::GpuDevice, for the op's stream
+#endif
+
+#include "tf_opt_ops/kernels/lazy_adam_kernels.h"
+
+#include <type_traits>
+
+#include "tf_opt_ops/core/cpu_kernels.h"
+#include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/kernels/gpu_glue.h"
+#include "tf_opt_ops/kernels/kernel_registration.h"
+#include "tf_opt_ops/kernels/op_inputs.h"
+
+namespace tf_opt_ops {
+namespace functor {
+
+// The CPU update itself is cpu::SparseApplyLazyAdam (cpu_kernels.h), which
+// the XLA custom call runs too.
+template <typename T, typename S, typename Tindex>
+struct SparseApplyLazyAdam<CPUDevice, T, S, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
+                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step,
+                          const AdamStateLayout& layout) {
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    return cpu::SparseApplyLazyAdam<T, S, Tindex>(
+        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+        m->flat<S>().data(), v->flat<S>().data(), step, layout);
+  }
+};
+
+#if GOOGLE_CUDA
+// Index check, duplicate grouping and the update all run on the op's stream;
+// the launcher synchronizes once, after the index check, so a bad index fails
+// the op here before any variable is written.
+template <typename T, typename S, typename Tindex>
+struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
+                          Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step,
+                          const AdamStateLayout& layout) {
+    const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
+    return LaunchSparse<T>(ctx, rows, "SparseApplyLazyAdam",
+                           [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
+                             return gpu::SparseApplyLazyAdam(GpuDType<T>(), GpuDType<S>(), rows,
+                                                             grad.data(), var->data(), m->data(),
+                                                             v->data(), CastStep<double>(step),
+                                                             layout, scratch, bytes, stream, bad);
+                           });
+  }
+};
+#endif  // GOOGLE_CUDA
+
+}  // namespace functor
+
+// Ops ResourceSparseApplyLazyAdam (kLight false: slots of the table's type
+// T, S == T) and ResourceSparseApplyLazyAdamV2 (kLight: slots of type S =
+// Tslot, the layout from the attrs, the step from input kStep).
+template <typename Device, typename T, typename S, typename Tindex, bool kLight>
+class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyLazyAdamOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    if (kLight) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &layout_.rowwise_second_moment));
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &layout_.stochastic_rounding));
+      int64_t seed = 0;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+      layout_.seed = static_cast<uint64_t>(seed);
+    }
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace lazy_adam;  // NOLINT: the input names
+    LockedVariables<Device, T> vars;
+    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
+    const tensorflow::DataType s = tensorflow::DataTypeToEnum<S>::v();
+    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true, {kVar, kM, kV},
+                                     {kVariableNames, kVariableNames + kNumVariables}, {t, s, s},
+                                     layout_.rowwise_second_moment ? kV : -1));
+    Hyperparameters<C> hyper;
+    for (int k = 0; k < kNumHyperparameters; ++k) {
+      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
+                                     &hyper.values[k]));
+    }
+    AdamStateLayout layout = layout_;
+    if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
+    const Tensor& grad = ctx->input(kGrad);
+    const Tensor& indices = ctx->input(kIndices);
+    OP_REQUIRES_OK(ctx,
+                   ValidateSparseGrad(vars.tensor(kVar)->shape(), grad.shape(), indices.shape()));
+    if (indices.NumElements() == 0) return;
+    OP_REQUIRES_OK(ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
+                            ctx, indices, grad, vars.tensor(kVar), vars.tensor(kM), vars.tensor(kV),
+                            hyper.Step(), layout));
+  }
+
+ private:
+  bool use_locking_;
+  AdamStateLayout layout_;
+};
+
+// The kernels of both ops on Device, with both index types:
+// ResourceSparseApplyLazyAdam for tables of half, bfloat16, float and double
+// (TF_OPT_OPS_REGISTER_T), the V2 op for tables and slots of half, bfloat16
+// and float (TF_OPT_OPS_REGISTER_LIGHT_T).
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
+      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"), !std::is_same_v<Device, CPUDevice>, \
+               lazy_adam::kHyperparameterNames, /*step=*/false)                                  \
+          .TypeConstraint<T>("T")                                                                \
+          .TypeConstraint<Tindex>("Tindices"),                                                   \
+      SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                            \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                      \
+      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"), !std::is_same_v<Device, CPUDevice>, \
+               lazy_adam::kHyperparameterNames, /*step=*/true)                                     \
+          .TypeConstraint<T>("T")                                                                  \
+          .TypeConstraint<S>("Tslot")                                                              \
+          .TypeConstraint<Tindex>("Tindices"),                                                     \
+      SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
+#define TF_OPT_OPS_REGISTER_T(Device, T) \
+  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
+#define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S) \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int32_t) TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int64_t)
+#define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T)             \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, float)
+#define TF_OPT_OPS_REGISTER_DEVICE(Device)             \
+  TF_OPT_OPS_REGISTER_T(Device, Eigen::half)           \
+  TF_OPT_OPS_REGISTER_T(Device, Eigen::bfloat16)       \
+  TF_OPT_OPS_REGISTER_T(Device, float)                 \
+  TF_OPT_OPS_REGISTER_T(Device, double)                \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, float)
+TF_OPT_OPS_REGISTER_DEVICE(CPUDevice)
+#if GOOGLE_CUDA
+TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
+#endif
+#undef TF_OPT_OPS_REGISTER_DEVICE
+#undef TF_OPT_OPS_REGISTER_LIGHT_T
+#undef TF_OPT_OPS_REGISTER_LIGHT_TS
+#undef TF_OPT_OPS_REGISTER_T
+#undef TF_OPT_OPS_REGISTER_LIGHT
+#undef TF_OPT_OPS_REGISTER
+
+}  // namespace tf_opt_ops

@@ -1,0 +1,213 @@
+// Locking and validating the inputs of the fused ops, shared by every OpKernel
+// on CPU and GPU alike (as TensorFlow's training_op_helpers.h is for its
+// training ops): finding and locking the resource variables, checking dtypes
+// and shapes, reading scalar hyperparameters. Every check runs before any
+// write, and a bad input fails the op with InvalidArgument naming it.
+// Why: see docs/design.md, "Invariants".
+#ifndef TF_OPT_OPS_KERNELS_OP_INPUTS_H_
+#define TF_OPT_OPS_KERNELS_OP_INPUTS_H_
+
+#ifndef EIGEN_USE_THREADS
+#error "define EIGEN_USE_THREADS before including any header (TensorFlow kernel idiom)"
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/framework/types.h"
+#include "tf_opt_ops/core/cpu_kernels.h"
+#include "tf_opt_ops/kernels/input_checks.h"
+#include "tf_opt_ops/platform/huge_pages.h"
+
+#if GOOGLE_CUDA && !defined(EIGEN_USE_GPU)
+#error "define EIGEN_USE_GPU (under GOOGLE_CUDA) before including any header"
+#endif
+
+namespace tf_opt_ops {
+
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::TensorShapeUtils;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+// Replaces `*tensor` with a copy of it in a new buffer of its own, on the op's
+// device (on GPU, a device-to-device copy on the op's stream): what
+// TensorFlow's training ops do before writing a buffer that a read may alias.
+template <typename Device>
+absl::Status CopyToNewBuffer(OpKernelContext* ctx, Tensor* tensor) {
+  Tensor copy;
+  tensorflow::AllocatorAttributes attr;
+  attr.set_gpu_compatible(true);
+  attr.set_nic_compatible(true);
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensor->dtype(), tensor->shape(), &copy, attr));
+  const Tensor& source = *tensor;
+  ctx->eigen_device<Device>().memcpy(const_cast<char*>(copy.tensor_data().data()),
+                                     source.tensor_data().data(), source.TotalBytes());
+  *tensor = copy;
+  return absl::OkStatus();
+}
+
+// Holds the locks of the op's resource variables and their live tensors, as
+// TensorFlow's training ops do (training_op_helpers.h), written with the
+// public Var API only: each variable's mutex taken once, in address order,
+// exclusively for dense updates and for `use_locking`. Fails (InvalidArgument)
+// when a variable does not exist, is uninitialized, is not of dtype T, or
+// differs in shape from the first one. On CPU, the buffers a sparse update
+// scatters into get huge pages (huge_pages.h).
+//
+// Sparse updates keep dense reads cheap. TensorFlow's own sparse ops switch a
+// variable to copy-on-read mode, after which every dense read copies the
+// whole buffer, and Keras 3's Embedding reads its table densely every step.
+// So a variable not yet in that mode is updated in place, under exclusive
+// locks, when nothing aliases its buffer, and the mode stays off; only a
+// buffer some read still aliases is copied and switched, as TensorFlow's
+// sparse ops do. A sparse update of variables all in that mode takes shared
+// locks (without `use_locking`), as TensorFlow's. Why: see docs/design.md,
+// "Choices".
+template <typename Device, typename T>
+class LockedVariables {
+ public:
+  // `inputs` are the input positions of the resource variables (the table
+  // first, then its slots), of `dtypes`; `names` name them in errors. Unless
+  // `row_slot` is -1, the variable at that position of `inputs` holds one
+  // value per row of the first.
+  absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
+                       const std::vector<int>& inputs, const std::vector<const char*>& names,
+                       const std::vector<tensorflow::DataType>& dtypes, int row_slot) {
+    std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(inputs.size());
+    bool all_copy_on_read = true;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      tensorflow::core::RefCountPtr<tensorflow::Var>& var = variables[k];
+      if (!tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, inputs[k]), &var)
+               .ok()) {
+        return InvalidArgument(names[k], " is an uninitialized or deleted variable (input ",
+                               inputs[k], " of ", ctx->op_kernel().name(),
+                               "): initialize it before applying the optimizer.");
+      }
+      // A Var's dtype is fixed when it is created, so no lock is needed to
+      // read it, and nothing is copied as T before this check. A variable
+      // created but never assigned (as a failed XLA call on an uninitialized
+      // one leaves it) has no dtype: it is uninitialized, whatever the dtypes.
+      const tensorflow::DataType var_dtype = var->tensor()->dtype();
+      if (var_dtype == tensorflow::DT_INVALID) return Uninitialized(ctx, names[k], inputs[k]);
+      if (var_dtype != dtypes[k]) {
+        return k > 0 && dtypes[k] != dtypes[0]
+                   ? SlotDtypeMismatch(names[k], var_dtype, dtypes[k])
+                   : VariableDtypeMismatch(names[k], var_dtype, dtypes[k]);
+      }
+      all_copy_on_read = all_copy_on_read && var->copy_on_read_mode.load();
+    }
+    // The mode only ever turns on, so a variable seen in it here stays in it.
+    const bool in_place = sparse && !all_copy_on_read;
+    Lock(variables, /*exclusive=*/use_locking || !sparse || in_place);
+    // Every buffer checked before any is taken: taking one adds a reference,
+    // which a variable passed twice would then see as an alias.
+    for (const auto& var : variables) {
+      Tensor* buffer = var->tensor();
+      if (!buffer->IsInitialized()) continue;
+      if (in_place && !var->copy_on_read_mode.load() && !buffer->RefCountIsOne()) {
+        // A read still aliases the buffer: copy it once and switch the mode.
+        TF_RETURN_IF_ERROR(CopyToNewBuffer<Device>(ctx, buffer));
+        var->copy_on_read_mode.store(true);
+      } else if (!sparse && (var->copy_on_read_mode.load() || !buffer->RefCountIsOne())) {
+        // A dense write never lands in a buffer that a read may hold.
+        TF_RETURN_IF_ERROR(CopyToNewBuffer<Device>(ctx, buffer));
+      }
+    }
+    tensors_.resize(inputs.size());
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      tensors_[k] = *variables[k]->tensor();
+      if (!tensors_[k].IsInitialized()) return Uninitialized(ctx, names[k], inputs[k]);
+    }
+    for (size_t k = 1; k < inputs.size(); ++k) {
+      TF_RETURN_IF_ERROR(
+          static_cast<int>(k) == row_slot
+              ? CheckRowSlotShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape())
+              : CheckSameShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape()));
+    }
+    if constexpr (std::is_same_v<Device, CPUDevice>) {
+      if (sparse) {
+        for (size_t k = 0; k < inputs.size(); ++k) {
+          AdviseHugePages(variables[k].get(), tensors_[k].tensor_data().data(),
+                          tensors_[k].TotalBytes());
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Tensor* tensor(int k) { return &tensors_[k]; }
+
+ private:
+  using Variables = std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>>;
+
+  static absl::Status Uninitialized(OpKernelContext* ctx, const char* name, int input) {
+    return InvalidArgument(name, " is uninitialized (input ", input, " of ",
+                           ctx->op_kernel().name(),
+                           "): initialize it before applying the optimizer.");
+  }
+  // The type of Var::mu(): tsl::mutex, which newer TensorFlow marks deprecated
+  // in favour of absl::Mutex, while Var still hands it out.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  using Mutex = std::remove_pointer_t<decltype(std::declval<tensorflow::Var&>().mu())>;
+#pragma GCC diagnostic pop
+
+  // Each distinct mutex once, in address order (no deadlock with another op
+  // locking an overlapping set).
+  void Lock(const Variables& variables, bool exclusive) {
+    std::vector<Mutex*> mutexes;
+    for (const auto& var : variables) mutexes.push_back(var->mu());
+    std::sort(mutexes.begin(), mutexes.end());
+    mutexes.erase(std::unique(mutexes.begin(), mutexes.end()), mutexes.end());
+    for (Mutex* mu : mutexes) {
+      if (exclusive) {
+        exclusive_.emplace_back(*mu);
+      } else {
+        shared_.emplace_back(*mu);
+      }
+    }
+  }
+
+  std::vector<std::unique_lock<Mutex>> exclusive_;
+  std::vector<std::shared_lock<Mutex>> shared_;
+  std::vector<Tensor> tensors_;
+};
+
+// Reads the scalar hyperparameter at `input` of the compute type C, failing
+// when it is not a scalar or not of dtype C (the kernels accept any Tscalar,
+// so that a mismatch is this error rather than a missing kernel).
+template <typename C>
+absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* out) {
+  const Tensor& t = ctx->input(input);
+  TF_RETURN_IF_ERROR(CheckScalar(name, t.dtype(), tensorflow::DataTypeToEnum<C>::v(), t.shape()));
+  *out = t.scalar<C>()();
+  return absl::OkStatus();
+}
+
+// A sparse op's validated inputs as the CPU updates (cpu_kernels.h) take them.
+template <typename T, typename Tindex>
+cpu::SparseGrad<T, Tindex> CpuSparseGrad(const Tensor& indices, const Tensor& grad,
+                                         const Tensor& var) {
+  const int64_t num_rows = var.dim_size(0);
+  return cpu::SparseGrad<T, Tindex>{indices.flat<Tindex>().data(), indices.NumElements(),
+                                    grad.flat<T>().data(), num_rows,
+                                    num_rows > 0 ? var.NumElements() / num_rows : 0};
+}
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_KERNELS_OP_INPUTS_H_

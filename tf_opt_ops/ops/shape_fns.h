@@ -1,0 +1,65 @@
+// Shape functions shared by the op registrations: reject at graph
+// construction what can be rejected there (as TensorFlow's training ops do).
+#ifndef TF_OPT_OPS_OPS_SHAPE_FNS_H_
+#define TF_OPT_OPS_OPS_SHAPE_FNS_H_
+
+#include <initializer_list>
+
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tf_opt_ops {
+
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+// The shape of the variable behind a resource handle input, or unknown when
+// the handle carries no shape (never the handle's own scalar shape).
+inline ShapeHandle VariableShape(InferenceContext* c, int input) {
+  const auto* handle_data = c->input_handle_shapes_and_types(input);
+  if (handle_data != nullptr && !handle_data->empty()) {
+    return (*handle_data)[0].shape;
+  }
+  return c->UnknownShape();
+}
+
+// Merges the shapes of the variable and its slots at `vars` (any rank: the
+// dense op trains 0-D variables too) into `var`.
+inline absl::Status MergeVariables(InferenceContext* c, std::initializer_list<int> vars,
+                                   ShapeHandle* var) {
+  *var = c->UnknownShape();
+  for (int i : vars) {
+    TF_RETURN_IF_ERROR(c->Merge(*var, VariableShape(c, i), var));
+  }
+  return absl::OkStatus();
+}
+
+// Checks that the `count` inputs from `first` on are scalars.
+inline absl::Status CheckScalarInputs(InferenceContext* c, int first, int count) {
+  ShapeHandle unused;
+  for (int i = first; i < first + count; ++i) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+  }
+  return absl::OkStatus();
+}
+
+// var is at least 1-D (indices name its rows), grad is [N, var.shape[1:]...]
+// and indices is [N].
+inline absl::Status CheckSparseGrad(InferenceContext* c, ShapeHandle var, int grad_input,
+                                    int indices_input) {
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(var, 1, &var));
+  ShapeHandle indices;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(indices_input), 1, &indices));
+  ShapeHandle grad;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(grad_input), 1, &grad));
+  DimensionHandle unused_dim;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(indices, 0), c->Dim(grad, 0), &unused_dim));
+  ShapeHandle grad_rows_as_var;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(grad, 0, c->UnknownDim(), &grad_rows_as_var));
+  ShapeHandle unused;
+  return c->Merge(var, grad_rows_as_var, &unused);
+}
+
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_OPS_SHAPE_FNS_H_
