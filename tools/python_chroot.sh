@@ -7,16 +7,16 @@
 # PYTHON is a Python minor version that some Debian release ships as its python3: 3.9
 # (Debian 11, bullseye), 3.11 (12, bookworm), 3.13 (13, trixie). `make` runs debootstrap from
 # the Debian mirror the host's apt uses (/etc/apt/sources.list.d/debian.sources) into
-# .venvs/chroot-python<PYTHON>, with python3, python3-venv, python3-pip, ca-certificates and
-# git (the matrix suite reads TF Addons' test from a git repository); once made it is reused
-# and nothing is downloaded again. `run` makes it when missing, then runs COMMAND inside it,
-# in a private mount namespace (the mounts vanish with the command): /proc, /sys, /dev, the
-# repository at its own path (so paths under it mean the same inside), each --bind DIR at its
-# own path, and the local directories the host's pip settings name (read-only). COMMAND starts
-# in the caller's directory when that is under one of the bound ones, else in /. The host's CA bundle,
-# pip settings and resolver are copied in first, so pip reaches the package indexes as the
-# host's pip does. Needs root (or sudo) for debootstrap, mount and chroot; installs
-# debootstrap with apt-get when missing.
+# .venvs/chroot-python<PYTHON>, with python3, python3-venv, python3-pip and what the matrix
+# suite needs ($packages below); once made it is reused and nothing is downloaded again (a
+# longer package list is added with apt-get). `run` makes it when missing, then runs COMMAND
+# inside it, in a private mount namespace (the mounts vanish with the command): /proc, /sys,
+# /dev, the repository at its own path (so paths under it mean the same inside), each --bind
+# DIR at its own path, and the local directories the host's pip settings name (read-only).
+# COMMAND starts in the caller's directory when that is under one of the bound ones, else in
+# /. The host's CA bundle, pip settings and resolver are copied in first, so pip reaches the
+# package indexes as the host's pip does. Needs root (or sudo) for debootstrap, mount and
+# chroot; installs debootstrap with apt-get when missing.
 set -euo pipefail
 caller_dir="$PWD"
 cd "$(dirname "$0")/.."
@@ -84,18 +84,41 @@ pip_local_dirs() {
   done | sort -u
 }
 
+# What the matrix suite needs besides Python: git (TF Addons' test is read from a git
+# repository), binutils (readelf reads the library's symbol versions).
+packages=python3,python3-venv,python3-pip,ca-certificates,git,binutils
+
+# apt-get install inside the chroot (a chroot made with an older package list).
+apt_install() {
+  local dir="$1"
+  shift
+  "${sudo[@]}" unshare --mount --propagation private bash -euc '
+    dir="$1"; shift
+    mount -t proc proc "$dir/proc"
+    mount --rbind /dev "$dir/dev"
+    chroot "$dir" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+      bash -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends \"\$@\" && apt-get clean" \
+      apt "$@"
+  ' apt_install "$dir" "$@" >&2
+}
+
 make_chroot() {
   local python="$1" suite dir mirror security
   suite="$(debian_suite "$python")"
   dir="$root/.venvs/chroot-python$python"
-  if [[ -f "$dir/.ready" ]]; then
+  if [[ "$(cat "$dir/.ready" 2> /dev/null)" == "$packages" ]]; then
     echo "$dir"
     return
   fi
   mkdir -p "$root/.venvs"
   exec 9> "$dir.lock"
   flock 9
-  if [[ ! -f "$dir/.ready" ]]; then
+  local start=$SECONDS
+  if [[ -f "$dir/.ready" && "$(cat "$dir/.ready")" != "$packages" ]]; then
+    echo "python_chroot: adding packages to $dir: $packages" >&2
+    apt_install "$dir" ${packages//,/ }
+    echo "$packages" | "${sudo[@]}" tee "$dir/.ready" > /dev/null
+  elif [[ ! -f "$dir/.ready" ]]; then
     if ! command -v debootstrap > /dev/null; then
       echo "python_chroot: installing debootstrap" >&2
       "${sudo[@]}" apt-get update -qq >&2
@@ -106,16 +129,14 @@ make_chroot() {
     security="$(host_mirror)"
     security="${security:-http://deb.debian.org/debian-security}"
     echo "python_chroot: Debian $suite (Python $python) from $mirror into $dir" >&2
-    local start=$SECONDS
     # A finished debootstrap is kept when a later step failed.
-    if [[ ! -f "$dir.partial/.debootstrapped" ]]; then
+    if [[ "$(cat "$dir.partial/.debootstrapped" 2> /dev/null)" != "$packages" ]]; then
       "${sudo[@]}" rm -rf "$dir.partial" "$dir"
-      "${sudo[@]}" debootstrap --variant=minbase \
-        --include=python3,python3-venv,python3-pip,ca-certificates,git \
+      "${sudo[@]}" debootstrap --variant=minbase --include="$packages" \
         "$suite" "$dir.partial" "$mirror" >&2
-      "${sudo[@]}" touch "$dir.partial/.debootstrapped"
+      echo "$packages" | "${sudo[@]}" tee "$dir.partial/.debootstrapped" > /dev/null
     fi
-    # apt inside knows the same mirrors, should anyone add a package by hand.
+    # apt inside knows the same mirrors.
     printf 'deb %s %s main\ndeb %s %s-updates main\ndeb %s %s-security main\n' \
       "$mirror" "$suite" "$mirror" "$suite" "$security" "$suite" |
       "${sudo[@]}" tee "$dir.partial/etc/apt/sources.list" > /dev/null
@@ -129,9 +150,9 @@ make_chroot() {
       exit 1
     }
     "${sudo[@]}" mv "$dir.partial" "$dir"
-    "${sudo[@]}" touch "$dir/.ready"
-    echo "python_chroot: made in $((SECONDS - start)) s" >&2
+    echo "$packages" | "${sudo[@]}" tee "$dir/.ready" > /dev/null
   fi
+  echo "python_chroot: ready in $((SECONDS - start)) s" >&2
   exec 9>&-
   echo "$dir"
 }
