@@ -71,15 +71,19 @@ test-fast: build
 # wheel-all` builds the library for each (a build venv per version under .venvs/)
 # and writes the release wheel, holding all of them, to dist/; TF_VERSIONS="2.15
 # 2.21" builds a subset. `make matrix` installs dist/'s wheel into a fresh venv
-# per version and runs tests/matrix/ there (tools/matrix.sh; results in
-# build/matrix/).
+# per (Python, version) and runs tests/matrix/ there (tools/matrix.sh; results in
+# build/matrix/): the host's Python with every version, each other Python of
+# MATRIX_PYTHONS (default: the host's, 3.9 and 3.13) with the oldest and newest
+# version that has wheels for it, inside a Debian chroot made once under .venvs/
+# (tools/python_chroot.sh; needs root or sudo).
 TF_VERSIONS ?= $(shell awk '!/^\#/ && NF {print $$1}' build_deps/tf_versions.txt)
+MATRIX_PYTHONS ?=
 
 wheel-all: deps
 	tools/wheel_all.sh $(TF_VERSIONS)
 
 matrix:
-	tools/matrix.sh $(TF_VERSIONS)
+	MATRIX_PYTHONS="$(MATRIX_PYTHONS)" tools/matrix.sh $(TF_VERSIONS)
 
 # The real peers (TF Addons 0.23.0, Merlin Models 23.12.0) on TensorFlow 2.21: their own test
 # files against our classes, and our routers inside Merlin's models (tests/peers/). The peers
