@@ -437,7 +437,28 @@ def check_slot_layout(var, slots, want_dtype, want_shapes=None):
 
 
 class LazyAdamMixin:
-  """The light-state options every LazyAdam flavor takes (`LightState`), kept and configured."""
+  """The constructor, light-state options (`LightState`) and config of every LazyAdam flavor.
+
+  First among each flavor's bases, so that its `__init__`, the signature of the Adam it
+  replaces (as every Keras' Adam spells it) and then the light-state options, is the class's
+  own, positional arguments included; a flavor adjusts what its base class gets in
+  `_check_base_kwargs`.
+  """
+
+  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
+               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
+               stochastic_rounding=None, seed=0, **kwargs):
+    check_amsgrad(amsgrad)
+    light_slots = LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
+    self._check_base_kwargs(kwargs)
+    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                     amsgrad=False, name=name, **kwargs)
+    self._init_light_slots(light_slots)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(self._light_config())
+    return config
 
   def _init_light_slots(self, light_slots):
     self._light_slots = light_slots

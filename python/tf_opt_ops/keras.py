@@ -64,6 +64,9 @@ class _Keras3Mixin:
     # Keras 3 takes a Python float only; tensors and NumPy scalars are converted.
     super().__init__(learning_rate=_keras3.as_learning_rate(learning_rate), **kwargs)
 
+  def _check_base_kwargs(self, kwargs):
+    """What the base class takes needs no change in Keras 3."""
+
   def apply(self, grads, trainable_variables=None):
     if self.loss_scale_factor is not None:
       grads = [
@@ -243,19 +246,8 @@ class _Keras3Mixin:
     return super().from_config(config, custom_objects=custom_objects)
 
 
-class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
+class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
-
-  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
-  # do, then the light-state options (`_core.LightState`).
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
-               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
-               stochastic_rounding=None, seed=0, **kwargs):
-    _core.check_amsgrad(amsgrad)
-    light_slots = _core.LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                     amsgrad=False, name=name, **kwargs)
-    self._init_light_slots(light_slots)
 
   def build(self, var_list):
     self._check_restored_slots(var_list)
@@ -290,11 +282,6 @@ class LazyAdam(_Keras3Mixin, _core.LazyAdamMixin, keras.optimizers.Adam):
                              light=self._light_options(variable))
 
     self._with_moving_average(gradient, variable, update)
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(self._light_config())
-    return config
 
 
 class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Optimizer):

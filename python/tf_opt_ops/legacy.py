@@ -37,6 +37,9 @@ class _LegacyMixin:
   """Behaviour both legacy optimizers share with the base class; each class's `_apply(grad,
   var, indices=None)` runs its op."""
 
+  def _check_base_kwargs(self, kwargs):
+    """What the base class takes needs no change in the legacy API."""
+
   def _resource_apply_dense(self, grad, var, apply_state=None):
     return self._apply(grad, var)
 
@@ -108,19 +111,8 @@ class _LegacyMixin:
     return self._decayed_lr(scalar_dtype(var.dtype.base_dtype))
 
 
-class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam):
+class LazyAdam(_core.LazyAdamMixin, _LegacyMixin, keras2.optimizers.legacy.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
-
-  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
-  # do, then the light-state options (`_core.LightState`).
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
-               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
-               stochastic_rounding=None, seed=0, **kwargs):
-    _core.check_amsgrad(amsgrad)
-    light_slots = _core.LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                     amsgrad=False, name=name, **kwargs)
-    self._init_light_slots(light_slots)
 
   def _create_slots(self, var_list):
     if not self._light_slots.enabled:
@@ -141,11 +133,6 @@ class LazyAdam(_LegacyMixin, _core.LazyAdamMixin, keras2.optimizers.legacy.Adam)
                            beta_2=self._scalar_hyper("beta_2", var), epsilon=self.epsilon,
                            step=self.iterations + 1, use_locking=self._use_locking,
                            fused_dense=True, light=self._light_options(var))
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(self._light_config())
-    return config
 
 
 class ClippyAdagrad(_LegacyMixin, _core.ClippyAdagradMixin, keras2.optimizers.legacy.Optimizer):

@@ -38,6 +38,13 @@ _BASE_JOINS_SHARDS = _keras2.base_optimizer_joins_shards()
 class _TfKerasMixin:
   """Behaviour both tf_keras optimizers share with the base class."""
 
+  def _check_base_kwargs(self, kwargs):
+    """tf_keras' Adam takes `adaptive_epsilon`, which LazyAdam does not implement; the
+    `jit_compile` default is ours (`_core.default_jit_compile`)."""
+    if kwargs.pop("adaptive_epsilon", False):
+      raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
+    _core.default_jit_compile(kwargs)
+
   def _deduplicate_sparse_grad(self, grads):
     # The kernels (and the XLA fallback) sum duplicate indices themselves.
     return list(grads)
@@ -240,22 +247,8 @@ class _TfKerasMixin:
         self._handle_deferred_dependencies(name=name, trackable=children[name])
 
 
-class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
+class LazyAdam(_core.LazyAdamMixin, _TfKerasMixin, keras2.optimizers.Adam):
   __doc__ = _core.LAZY_ADAM_DOC
-
-  # The signature of the Adam it replaces, spelled out in each flavor as Keras' optimizers
-  # do, then the light-state options (`_core.LightState`).
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=False,
-               name="LazyAdam", slot_dtype=None, rowwise_second_moment=False,
-               stochastic_rounding=None, seed=0, **kwargs):
-    _core.check_amsgrad(amsgrad)
-    if kwargs.pop("adaptive_epsilon", False):
-      raise ValueError("LazyAdam does not support `adaptive_epsilon=True`.")
-    light_slots = _core.LightState(slot_dtype, rowwise_second_moment, stochastic_rounding, seed)
-    _core.default_jit_compile(kwargs)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                     amsgrad=False, name=name, **kwargs)
-    self._init_light_slots(light_slots)
 
   def build(self, var_list):
     self._check_restored_slots(var_list)
@@ -294,11 +287,6 @@ class LazyAdam(_TfKerasMixin, _core.LazyAdamMixin, keras2.optimizers.Adam):
                              light=self._light_options(variable))
 
     return self._with_moving_average(gradient, variable, update)
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(self._light_config())
-    return config
 
 
 class ClippyAdagrad(_TfKerasMixin, _core.ClippyAdagradMixin, keras2.optimizers.Optimizer):
