@@ -669,7 +669,31 @@ class _StepScales:
 
 
 class ClippyAdagradMixin:
-  """Constructor checks, config and the update call shared by every ClippyAdagrad flavor."""
+  """The constructor, its checks, the config and the update call of every ClippyAdagrad flavor.
+
+  First among each flavor's bases, so that its `__init__`, TensorFlow Recommenders'
+  ClippyAdagrad signature, is the class's own; each flavor hands the learning rate and the
+  rest to its base class in `_init_base_optimizer`, which also calls `init_options` (the checks
+  and storage of the other options) where its base class allows.
+  """
+
+  def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
+               variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
+               absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
+               clip_accumulator_update=False, use_standard_accumulator_update=False,
+               name="ClippyAdagrad", accumulator_dtype=None, stochastic_rounding=None, seed=0,
+               **kwargs):
+    options = dict(initial_accumulator_value=initial_accumulator_value,
+                   variable_relative_threshold=variable_relative_threshold,
+                   accumulator_relative_threshold=accumulator_relative_threshold,
+                   absolute_threshold=absolute_threshold, epsilon=epsilon,
+                   export_clipping_factors=export_clipping_factors,
+                   clip_accumulator_update=clip_accumulator_update,
+                   use_standard_accumulator_update=use_standard_accumulator_update,
+                   accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding,
+                   seed=seed)
+    # Keras 3's base class must be initialized first, Keras 2's after the options are kept.
+    self._init_base_optimizer(learning_rate, name, kwargs, lambda: self._init_clippy(**options))
 
   def _init_clippy(self, *, initial_accumulator_value, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, epsilon,

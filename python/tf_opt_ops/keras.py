@@ -284,27 +284,12 @@ class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
     self._with_moving_average(gradient, variable, update)
 
 
-class ClippyAdagrad(_Keras3Mixin, _core.ClippyAdagradMixin, keras.optimizers.Optimizer):
+class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Optimizer):
   __doc__ = _core.CLIPPY_DOC
 
-  def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
-               variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
-               absolute_threshold=1e-7, epsilon=1e-7, export_clipping_factors=False,
-               clip_accumulator_update=False, use_standard_accumulator_update=False,
-               name="ClippyAdagrad", accumulator_dtype=None, stochastic_rounding=None, seed=0,
-               **kwargs):
-    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-    # Each flavor spells out TFRS' ClippyAdagrad signature, as Keras' optimizers do;
-    # the checks and storage are shared.
-    self._init_clippy(initial_accumulator_value=initial_accumulator_value,
-                      variable_relative_threshold=variable_relative_threshold,
-                      accumulator_relative_threshold=accumulator_relative_threshold,
-                      absolute_threshold=absolute_threshold, epsilon=epsilon,
-                      export_clipping_factors=export_clipping_factors,
-                      clip_accumulator_update=clip_accumulator_update,
-                      use_standard_accumulator_update=use_standard_accumulator_update,
-                      accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding,
-                      seed=seed)
+  def _init_base_optimizer(self, learning_rate, name, kwargs, init_options):
+    super(_core.ClippyAdagradMixin, self).__init__(learning_rate=learning_rate, name=name, **kwargs)
+    init_options()
     self.clipping_factors = []
 
   def build(self, var_list):
