@@ -53,7 +53,7 @@ class _TfKerasMixin:
     super()._apply_weight_decay([v for v in variables if self._decays_whole(v)])
 
   def _decays_whole(self, variable):
-    return self._on_mesh or _core.sharded_container(variable) is not None
+    return self._on_mesh or _tf_private.sharded_container(variable) is not None
 
   def _decay(self, gradient, variable):
     """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
@@ -115,7 +115,7 @@ class _TfKerasMixin:
     (the slots of sharded variables are listed joined, and checked at their first step)."""
     var_list = list(var_list)
     if not getattr(self, "_built", False) and all(
-        _core.sharded_container(v) is None for v in var_list):
+        _tf_private.sharded_container(v) is None for v in var_list):
       _restore_hints.check_deferred_slot_lists(self, var_list, self._slot_layouts)
 
   def _lookup_dependency(self, name, cached_dependencies=None):
@@ -125,7 +125,8 @@ class _TfKerasMixin:
     if (cached_dependencies is not None and name in _restore_hints.SLOT_LISTS and
         getattr(self, "_built", False)):
       slot_lists = {n: getattr(self, n) for n in _restore_hints.SLOT_LISTS if hasattr(self, n)}
-      if all(_core.sharded_container(v) is None for slots in slot_lists.values() for v in slots):
+      if all(
+          _tf_private.sharded_container(v) is None for slots in slot_lists.values() for v in slots):
         _restore_hints.check_restored_slot_lists(self, slot_lists)
     return super()._lookup_dependency(name, cached_dependencies)
 
