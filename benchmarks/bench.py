@@ -3,6 +3,7 @@
     python -m benchmarks.bench [--quick] [--rounds N] [--out bench/results]
     python -m benchmarks.bench --xla     # only Keras 3 LazyAdam with and without XLA
     python -m benchmarks.bench --light   # only sparse lazy Adam by slot layout
+    python -m benchmarks.bench --features  # LazyAdam with each Keras optimizer feature
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
@@ -371,6 +372,101 @@ def render_light(results, limit_gbs):
   return "\n".join(lines)
 
 
+# ------------------------------------------ Keras optimizer features (`--features`)
+# {name: (optimizer options, the APIs that offer them)}; every one is timed on LazyAdam against
+# the bare LazyAdam step and against stock Adam with the same options.
+FEATURES = {
+    "clipnorm": (dict(clipnorm=1.0), ("keras3", "tf_keras")),
+    "global_clipnorm": (dict(global_clipnorm=1.0), ("keras3", "tf_keras")),
+    "weight_decay": (dict(weight_decay=0.004), ("keras3", "tf_keras")),
+    "use_ema": (dict(use_ema=True), ("keras3", "tf_keras")),
+    "gradient_accumulation_steps=2": (dict(gradient_accumulation_steps=2), ("keras3",)),
+    "global_clipnorm + weight_decay": (dict(global_clipnorm=1.0,
+                                            weight_decay=0.004), ("keras3", "tf_keras")),
+    "use_ema + gradient_accumulation_steps=2": (dict(use_ema=True,
+                                                     gradient_accumulation_steps=2), ("keras3",)),
+}
+FEATURE_APIS = ("keras3", "tf_keras")
+
+
+def feature_cases(quick):
+  if quick:
+    return [AdamCase(10_000, 16, 512)]
+  return [AdamCase(1_000_000, 64, 16_384), AdamCase(1_000_000, 128, 131_072)]
+
+
+def _feature_optimizers(api):
+  """(our LazyAdam, stock Adam, a variable factory) for `api`."""
+  if api == "keras3":
+    import keras
+
+    from tf_opt_ops import keras as k3_ops
+    return k3_ops.LazyAdam, keras.optimizers.Adam, keras.Variable
+  import tensorflow as tf
+  import tf_keras
+
+  from tf_opt_ops import tf_keras as tfk_ops
+  return tfk_ops.LazyAdam, tf_keras.optimizers.Adam, tf.Variable
+
+
+def bench_feature(case, api, options, rounds, seed=0):
+  """One feature on one API: the bare LazyAdam step, LazyAdam with `options` and stock Adam with
+  `options`, each `apply_gradients` of an IndexedSlices in a tf.function on its own table, in
+  interleaved rounds."""
+  import tensorflow as tf
+
+  lazy_adam, stock_adam, variable = _feature_optimizers(api)
+  steps = distinct_row_steps(case, seed)
+  init = tf.random.normal((case.rows, case.dim), seed=seed)
+  variants = {
+      "bare": _apply_gradients_step(lazy_adam(learning_rate=0.001), variable(init), case),
+      "ours": _apply_gradients_step(lazy_adam(learning_rate=0.001, **options), variable(init),
+                                    case),
+      "stock": _apply_gradients_step(stock_adam(learning_rate=0.001, **options), variable(init),
+                                     case),
+  }
+  times = time_interleaved(variants, steps, rounds)
+  result = {name: summary(samples) for name, samples in times.items()}
+  # Ratios within each round (the rounds alternate the variants), then their median: a round's
+  # contenders share that round's load.
+  result["ours_over_bare"] = float(np.median(np.array(times["ours"]) / np.array(times["bare"])))
+  result["stock_over_ours"] = float(np.median(np.array(times["stock"]) / np.array(times["ours"])))
+  return result
+
+
+def bench_features(cases, rounds):
+  """{case label: {api: {feature: bench_feature's result}}}, each configuration's tables freed
+  before the next allocates its own."""
+  results = {}
+  for case in cases:
+    for api in FEATURE_APIS:
+      for name, (options, apis) in FEATURES.items():
+        if api not in apis:
+          continue
+        print(f"{name} on {api}, {case.label} ...", flush=True)
+        results.setdefault(case.label,
+                           {}).setdefault(api,
+                                          {})[name] = bench_feature(case, api, options, rounds)
+        gc.collect()
+  return results
+
+
+def render_features(results):
+  lines = [
+      "### LazyAdam with each Keras optimizer feature: ms per step, median (min–max), "
+      "and ratios (median over rounds)", "",
+      "| case | API | feature | bare LazyAdam | LazyAdam + feature | stock Adam + feature | "
+      "/ bare step | stock / ours |", "|---|---|---|---|---|---|---|---|"
+  ]
+  for label, by_api in results.items():
+    for api, by_feature in by_api.items():
+      for name, r in by_feature.items():
+        lines.append(f"| {label} | {api} | {name} | {fmt(r['bare'])} | {fmt(r['ours'])} | "
+                     f"{fmt(r['stock'])} | {r['ours_over_bare']:.2f}× | "
+                     f"{r['stock_over_ours']:.1f}× |")
+  return "\n".join(lines)
+
+
 # --------------------------------------------------------- Clippy (worker)
 CLIPPY_CASES = {
     "dense 1024×1024": dict(shape=(1024, 1024)),
@@ -672,6 +768,10 @@ def main(argv=None):
       "(out/optimizer.md)")
   parser.add_argument("--light", action="store_true",
                       help="only sparse lazy Adam by slot layout (out/light.md)")
+  parser.add_argument(
+      "--features", action="store_true",
+      help="only LazyAdam with each Keras optimizer feature, against the bare step and stock "
+      "Adam (out/features.md)")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (5 if args.quick else 9)
@@ -714,6 +814,21 @@ def main(argv=None):
       f.write(table + "\n")
     print()
     print(table)
+    return
+  if args.features:
+    print("bandwidth limit ...", flush=True)
+    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    report = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
+        "bandwidth_limit_gbs": limit, "features": bench_features(feature_cases(args.quick), rounds)
+    }
+    report["seconds"] = time.time() - started
+    write_results(
+        report, os.path.join(args.out, "features"), lambda r:
+        (f"{r['machine']}, TensorFlow {r['tf_version']}; bandwidth limit "
+         f"{r['bandwidth_limit_gbs']:.1f} GB/s; load average {r['load_average']:.1f} at the "
+         f"start.\n\n" + render_features(r["features"])))
     return
   report = {
       "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",

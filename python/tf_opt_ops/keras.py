@@ -101,9 +101,8 @@ class _Keras3Mixin:
   def _build_row_state(self, var_list):
     """The per-row state of the base class's features kept at sparse cost, after the base
     class's state: with gradient accumulation, the marks of the rows the window's sparse
-    gradients named; with EMA (without accumulation, outside tf.distribute), each average's
-    per-row sync step and its count of EMA steps. Why: see docs/optimizers.md, "Keras
-    features at sparse cost"."""
+    gradients named; with EMA (outside tf.distribute), each average's per-row sync step and
+    its count of EMA steps. Why: see docs/optimizers.md, "Keras features at sparse cost"."""
     if getattr(self, "_row_state_built", False):
       return
     self._row_state_built = True
@@ -112,7 +111,7 @@ class _Keras3Mixin:
       self._touched_rows = [
           self._add_row_variable(var, "gradient_accumulator_rows") for var in var_list
       ]
-    elif self.use_ema and not tf.distribute.has_strategy():
+    if self.use_ema and not tf.distribute.has_strategy():
       self._average_synced = [self._add_row_variable(var, "average_synced") for var in var_list]
       self._average_counts = [
           self.add_variable(shape=(), initializer="zeros", dtype="int32",

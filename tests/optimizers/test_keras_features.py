@@ -398,6 +398,97 @@ def test_ema_resumes_from_a_checkpoint_bit_identical(tmp_path, flavor, opt_name)
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("overwrite", [None, 2], ids=["finalize", "overwrite-2"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+def test_ema_with_gradient_accumulation_is_stocks_and_stays_lazy(opt_name, overwrite, mode):
+  """Keras 3 moves the averages every micro-step (toward unchanged variables between apply
+  steps), with momentum 0 through the first window (its `iterations` counts windows) and the
+  overwrite every micro-step of each `ema_overwrite_frequency`-th window: the lazy EMA gives
+  those numbers, and no micro-step writes an average row (an apply step writes the window's
+  rows only)."""
+  table, bias = _variables("keras")
+  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS)
+  opt = getattr(common.flavor_module("keras"), opt_name)(**options, use_ema=True,
+                                                         ema_momentum=EMA_MOMENTUM,
+                                                         ema_overwrite_frequency=overwrite)
+  opt.build([table, bias])
+  assert opt._lazy_average
+  step = MODES[mode](_train_step(opt, table, bias))
+  table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
+  bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=OPTIONS)
+  acc, acc_bias, named = np.zeros((ROWS, COLS), np.float32), np.zeros(COLS, np.float32), set()
+  averages = [np.zeros((ROWS, COLS), np.float32), np.zeros(COLS, np.float32)]
+  for k, (values, indices, bias_grad) in enumerate(_micro_batches()):
+    window = k // ACCUMULATION_STEPS  # stock's `iterations` during this micro-step
+    applies = (k + 1) % ACCUMULATION_STEPS == 0
+    before = np.asarray(opt._model_variables_moving_average[0].numpy()).copy()
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    np.add.at(acc, indices, values)
+    acc_bias += bias_grad
+    named.update(indices.tolist())
+    window_rows = np.array(sorted(named))
+    if applies:
+      table_ref.sparse((acc[window_rows] / ACCUMULATION_STEPS).astype(np.float64), window_rows)
+      bias_ref.dense((acc_bias / ACCUMULATION_STEPS).astype(np.float64))
+      acc[:], acc_bias[:], named = 0, 0, set()
+    m = np.float32(0.0 if window == 0 else EMA_MOMENTUM)
+    averages = [
+        m * a + (np.float32(1) - m) * np.float32(v)
+        for a, v in zip(averages, [table_ref.var, bias_ref.var])
+    ]
+    overwritten = overwrite and (window + 1) % overwrite == 0
+    if overwritten:
+      table_ref.var, bias_ref.var = (a.copy() for a in averages)
+    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+    np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
+    if window > 0 and not overwritten:
+      after = np.asarray(opt._model_variables_moving_average[0].numpy())
+      resting = np.setdiff1d(np.arange(ROWS), window_rows if applies else [])
+      np.testing.assert_array_equal(after[resting], before[resting])
+  opt.finalize_variable_values([table, bias])
+  np.testing.assert_allclose(table.numpy(), averages[0], **FLOAT32_TOL)
+  np.testing.assert_allclose(bias.numpy(), averages[1], **FLOAT32_TOL)
+  if mode == "function":
+    types = _graph_op_types(step, *map(tf.constant, _micro_batches()[0]))
+    assert SPARSE_OPS[opt_name] in types
+    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+def test_ema_with_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_name):
+  """A checkpoint written inside a window keeps the window's rows, the averages and their sync
+  steps: the resumed run's variables, state and final averages equal the uninterrupted run's
+  bit for bit."""
+  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS, use_ema=True,
+                 ema_momentum=EMA_MOMENTUM)
+  batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS)
+  make = getattr(common.flavor_module("keras"), opt_name)
+
+  def run(start, stop, table, bias, opt):
+    step = tf.function(_train_step(opt, table, bias))
+    for values, indices, bias_grad in batches[start:stop]:
+      step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+
+  whole = (*_variables("keras"), make(**options))
+  run(0, len(batches), *whole)
+  first = (*_variables("keras"), make(**options))
+  half = len(_micro_batches())  # one micro-step into a window
+  run(0, half, *first)
+  path = tf.train.Checkpoint(table=first[0], bias=first[1], opt=first[2]).save(tmp_path / "ckpt")
+  resumed = (*_variables("keras", seed=5), make(**options))
+  resumed[2].build([resumed[0], resumed[1]])
+  tf.train.Checkpoint(table=resumed[0], bias=resumed[1], opt=resumed[2]).restore(path)
+  run(half, len(batches), *resumed)
+  assert resumed[2]._lazy_average
+  for run_ in (whole, resumed):
+    run_[2].finalize_variable_values([run_[0], run_[1]])
+  state = [_all_values(r) for r in (resumed, whole)]
+  assert len(state[0]) == len(state[1])
+  for ours, theirs in zip(*state):
+    np.testing.assert_array_equal(ours, theirs)
+
+
 def _all_values(run_):
   """The model variables and the optimizer's, as NumPy arrays."""
   table, bias, opt = run_

@@ -211,3 +211,24 @@ def test_xla_report_renders_every_variant():
   table = bench.render_xla(
       {"1,000×8, B=10": {"fused": timing(2.0), "xla": timing(2.2), "xla_fallback": timing(20.0)}})
   assert "| 1,000×8, B=10 | 2 (2–2) | 2.2 (2.2–2.2) | 20 (20–20) | 1.10× | 10.0× |" in table
+
+
+def test_features_quick_mode_times_every_feature_on_every_api_that_offers_it(tmp_path):
+  import math
+
+  bench.main(["--features", "--quick", "--rounds", "2", "--out", str(tmp_path)])
+  table = (tmp_path / "features.md").read_text()
+  rows = [line for line in table.splitlines() if line.startswith("| ") and "×" in line]
+  want = {(api, name) for name, (_, apis) in bench.FEATURES.items() for api in apis}
+  (case,) = [c.label for c in bench.feature_cases(quick=True)]
+  got = set()
+  for row in rows:
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert len(cells) == 8, row
+    assert cells[0] == case
+    got.add((cells[1], cells[2]))
+    for ratio in cells[6:]:
+      value = float(ratio.rstrip("×"))
+      assert math.isfinite(value) and value > 0, row
+  assert got == want
+  assert len(rows) == len(want)
