@@ -581,12 +581,16 @@ def clippy_worker(names, rounds):
 def run_json_worker(module, args, env, marker, what):
   """Runs `python -m module *args` with `env`; the JSON its stdout prints after `marker`.
 
-  The folder that holds this package goes first on the worker's PYTHONPATH, so that
-  `module` imports wherever this process was started. Raises RuntimeError, with the end of
-  its stderr, when it prints none.
+  The folders that hold this package and the tf_opt_ops this process runs go first on the
+  worker's PYTHONPATH, so that `module` and the same library import wherever this process
+  was started (the repository root alone would find its C++ folder `tf_opt_ops/`, not the
+  package). Raises RuntimeError, with the end of its stderr, when it prints none.
   """
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p))
+  import tf_opt_ops  # the package this process runs, wherever it is installed
+  roots = [
+      os.path.dirname(os.path.dirname(os.path.abspath(f))) for f in (__file__, tf_opt_ops.__file__)
+  ]
+  env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (*roots, env.get("PYTHONPATH")) if p))
   proc = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True,
                         text=True, check=False)
   for line in proc.stdout.splitlines():
