@@ -761,21 +761,21 @@ def argument_parser(description, quick_help):
   return parser
 
 
+# The modes that run one part of the benchmark alone, and what each runs.
+ONLY_MODES = {
+    "xla": "Keras 3 LazyAdam with and without XLA (out/xla.md)",
+    "optimizer": "the lazy Adam cases timed through the Keras 3 optimizers (out/optimizer.md)",
+    "light": "sparse lazy Adam by slot layout (out/light.md)",
+    "features": "LazyAdam with each Keras optimizer feature, against the bare step and stock Adam "
+                "(out/features.md)",
+}
+
+
 def main(argv=None):
   parser = argument_parser(__doc__, "a few cases, under 3 minutes")
   parser.add_argument("--no-clippy", action="store_true", help="skip the TFRS subprocess")
-  parser.add_argument("--xla", action="store_true",
-                      help="only Keras 3 LazyAdam with and without XLA (out/xla.md)")
-  parser.add_argument(
-      "--optimizer", action="store_true",
-      help="only the lazy Adam cases timed through the Keras 3 optimizers "
-      "(out/optimizer.md)")
-  parser.add_argument("--light", action="store_true",
-                      help="only sparse lazy Adam by slot layout (out/light.md)")
-  parser.add_argument(
-      "--features", action="store_true",
-      help="only LazyAdam with each Keras optimizer feature, against the bare step and stock "
-      "Adam (out/features.md)")
+  for flag, what in ONLY_MODES.items():
+    parser.add_argument(f"--{flag}", action="store_true", help=f"only {what}")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (5 if args.quick else 9)

@@ -89,6 +89,20 @@ def _stock_clip(grads, clip):
   return [g * (c * min(1.0 / norm, 1.0 / c)) for g in grads]
 
 
+def _assert_lazy_update(table, table_ref, before, indices):
+  """The table is the reference's, and the rows `indices` does not name are as `before`."""
+  np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
+  untouched = np.setdiff1d(np.arange(ROWS), indices)
+  np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+
+
+def _assert_graph_stays_sparse(step, opt_name, batch):
+  """`step`'s graph, traced for `batch`, runs the fused sparse op and densifies nothing."""
+  types = _graph_op_types(step, *map(tf.constant, batch))
+  assert SPARSE_OPS[opt_name] in types
+  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+
+
 def _graph_op_types(fn, *args):
   """Op types of `fn`'s graph and the graphs of the functions it calls."""
   graph_def = fn.get_concrete_function(*args).graph.as_graph_def()
@@ -123,14 +137,10 @@ def test_clipping_is_stocks_on_the_named_rows(flavor, opt_name, clip, mode):
     clipped_values, clipped_bias = _stock_clip([values, bias_grad], CLIPS[clip])
     table_ref.sparse(clipped_values.astype(np.float64), indices)
     bias_ref.dense(clipped_bias.astype(np.float64))
-    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
     np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
-    untouched = np.setdiff1d(np.arange(ROWS), indices)
-    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+    _assert_lazy_update(table, table_ref, before, indices)
   if mode == "function":
-    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
-    assert SPARSE_OPS[opt_name] in types
-    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_graph_stays_sparse(step, opt_name, _batches()[0])
 
 
 @pytest.mark.parametrize("flavor", common.FLAVORS)
@@ -221,24 +231,31 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
     marks = keras.ops.convert_to_numpy(opt._touched_rows[0])
     np.testing.assert_array_equal(marks, np.isin(np.arange(ROWS), indices).astype(np.int32))
   if mode == "function":
-    types = _graph_op_types(step, *map(tf.constant, _micro_batches()[0]))
-    assert SPARSE_OPS[opt_name] in types
-    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
 def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_name):
   """A checkpoint written inside a window restores the window's rows and marks: the resumed run
   equals the uninterrupted one bit for bit."""
-  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS)
+  whole, resumed = _resumed_mid_window(
+      tmp_path, opt_name, dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS))
+  for ours, theirs in zip(_all_values(resumed), _all_values(whole)):
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def _resumed_mid_window(tmp_path, opt_name, options):
+  """Keras 3 `opt_name(**options)` trained on a window and a half, uninterrupted and resumed
+  from a checkpoint written one micro-step into the first window: (table, bias, optimizer) of
+  each run."""
   batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS)
+  make = getattr(common.flavor_module("keras"), opt_name)
 
   def run(start, stop, table, bias, opt):
     step = tf.function(_train_step(opt, table, bias))
     for values, indices, bias_grad in batches[start:stop]:
       step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
 
-  make = getattr(common.flavor_module("keras"), opt_name)
   whole = (*_variables("keras"), make(**options))
   run(0, len(batches), *whole)
   first = (*_variables("keras"), make(**options))
@@ -249,10 +266,7 @@ def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_na
   resumed[2].build([resumed[0], resumed[1]])
   tf.train.Checkpoint(table=resumed[0], bias=resumed[1], opt=resumed[2]).restore(path)
   run(half, len(batches), *resumed)
-  for ours, theirs in zip(
-      list(resumed[:2]) + resumed[2].variables,
-      list(whole[:2]) + whole[2].variables):
-    np.testing.assert_array_equal(np.asarray(ours.numpy()), np.asarray(theirs.numpy()))
+  return whole, resumed
 
 
 # ----------------------------------------------------------------------------- weight decay
@@ -290,14 +304,10 @@ def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mo
       _stock_decay(bias_ref, slice(None))
     table_ref.sparse(values.astype(np.float64), indices)
     bias_ref.dense(bias_grad.astype(np.float64))
-    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
     np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
-    untouched = np.setdiff1d(np.arange(ROWS), indices)
-    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
+    _assert_lazy_update(table, table_ref, before, indices)
   if mode == "function":
-    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
-    assert SPARSE_OPS[opt_name] in types
-    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_graph_stays_sparse(step, opt_name, _batches()[0])
 
 
 # ----------------------------------------------------------------------------- EMA
@@ -362,9 +372,7 @@ def test_ema_is_stocks_and_touches_the_updated_rows(flavor, opt_name, overwrite,
   np.testing.assert_allclose(table.numpy(), stock.averages[0], **FLOAT32_TOL)
   np.testing.assert_allclose(bias.numpy(), stock.averages[1], **FLOAT32_TOL)
   if mode == "function":
-    types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
-    assert SPARSE_OPS[opt_name] in types
-    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_graph_stays_sparse(step, opt_name, _batches()[0])
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
@@ -450,9 +458,7 @@ def test_ema_with_gradient_accumulation_is_stocks_and_stays_lazy(opt_name, overw
   np.testing.assert_allclose(table.numpy(), averages[0], **FLOAT32_TOL)
   np.testing.assert_allclose(bias.numpy(), averages[1], **FLOAT32_TOL)
   if mode == "function":
-    types = _graph_op_types(step, *map(tf.constant, _micro_batches()[0]))
-    assert SPARSE_OPS[opt_name] in types
-    assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
@@ -460,26 +466,10 @@ def test_ema_with_gradient_accumulation_resumes_mid_window_bit_identical(tmp_pat
   """A checkpoint written inside a window keeps the window's rows, the averages and their sync
   steps: the resumed run's variables, state and final averages equal the uninterrupted run's
   bit for bit."""
-  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS, use_ema=True,
-                 ema_momentum=EMA_MOMENTUM)
-  batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS)
-  make = getattr(common.flavor_module("keras"), opt_name)
-
-  def run(start, stop, table, bias, opt):
-    step = tf.function(_train_step(opt, table, bias))
-    for values, indices, bias_grad in batches[start:stop]:
-      step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
-
-  whole = (*_variables("keras"), make(**options))
-  run(0, len(batches), *whole)
-  first = (*_variables("keras"), make(**options))
-  half = len(_micro_batches())  # one micro-step into a window
-  run(0, half, *first)
-  path = tf.train.Checkpoint(table=first[0], bias=first[1], opt=first[2]).save(tmp_path / "ckpt")
-  resumed = (*_variables("keras", seed=5), make(**options))
-  resumed[2].build([resumed[0], resumed[1]])
-  tf.train.Checkpoint(table=resumed[0], bias=resumed[1], opt=resumed[2]).restore(path)
-  run(half, len(batches), *resumed)
+  whole, resumed = _resumed_mid_window(
+      tmp_path, opt_name,
+      dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS, use_ema=True,
+           ema_momentum=EMA_MOMENTUM))
   assert resumed[2]._lazy_average
   for run_ in (whole, resumed):
     run_[2].finalize_variable_values([run_[0], run_[1]])
@@ -549,12 +539,8 @@ def test_features_through_our_router(flavor):
     clipped, = _stock_clip([values], dict(global_clipnorm=2.0))
     _stock_decay(table_ref, np.unique(indices))
     table_ref.sparse(clipped.astype(np.float64), indices)
-    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
-    untouched = np.setdiff1d(np.arange(ROWS), indices)
-    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
-  types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
-  assert SPARSE_OPS["LazyAdam"] in types
-  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_lazy_update(table, table_ref, before, indices)
+  _assert_graph_stays_sparse(step, "LazyAdam", _batches()[0])
 
 
 # ----------------------------------------------------------------------------- mixed precision
@@ -599,9 +585,5 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
     before = table.numpy().copy()
     step(tf.constant(values), tf.constant(indices))
     table_ref.sparse(values.astype(np.float64), indices)
-    np.testing.assert_allclose(table.numpy(), table_ref.values(), **FLOAT32_TOL)
-    untouched = np.setdiff1d(np.arange(ROWS), indices)
-    np.testing.assert_array_equal(table.numpy()[untouched], before[untouched])
-  types = _graph_op_types(step, *map(tf.constant, _batches()[0][:2]))
-  assert SPARSE_OPS[opt_name] in types
-  assert not types & DENSIFYING_OPS, sorted(types & DENSIFYING_OPS)
+    _assert_lazy_update(table, table_ref, before, indices)
+  _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2])
