@@ -118,7 +118,7 @@ def direct_sublayers(layer):
 
 
 def rename_iterations(optimizer, scope):
-  """Gives an unbuilt new-API optimizer's counter a unique name (`<scope>/iteration`).
+  """Gives an unbuilt tf_keras optimizer's counter a unique name (`<scope>/iteration`).
 
   Every tf_keras optimizer names its counter `iteration`, and HDF5 files store
   optimizer weights by name, so two sub-optimizers of a router could not be

@@ -74,7 +74,7 @@ def incorrect_inputs_raise(router_cls):
 
 
 def checkpoint_save_restore_export(router_cls):
-  """TFRS' test_checkpoint_save_restore_export, with its new-API Adam and Adagrad."""
+  """TFRS' test_checkpoint_save_restore_export, with its tf_keras Adam and Adagrad."""
 
   def get_model():
     model = tf.keras.experimental.LinearModel(units=10)
@@ -166,7 +166,7 @@ def main():
             lambda a, b, cls=router_cls: cls([(LEGACY["adam"](0.05), a), (LEGACY["adagrad"]
                                                                           (0.2), b)])),
         # Both tf_keras APIs in one router: the two checkpoint-compatible classes
-        # (TFA's LazyAdam is a legacy Adam; TFRS' ClippyAdagrad a new-API one).
+        # (TFA's LazyAdam is a legacy Adam; TFRS' ClippyAdagrad a tf_keras one).
         "mixed_apis": checkpoints_both_ways(
             lambda a, b: TfrsComposite([(LEGACY["adam"](0.05), a),
                                         (tfrs_optimizers.ClippyAdagrad(0.2), b)]),

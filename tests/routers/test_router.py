@@ -703,7 +703,7 @@ def test_multi_optimizer_api_and_config_as_merlin(f):
 
 @pytest.mark.parametrize("f", [TFK, LEG], ids=repr)
 def test_tf_keras_routers_drive_both_tf_keras_apis(f, tmp_path):
-  # A legacy optimizer (built on demand) next to a new-API one (built once), as TFRS allows.
+  # A legacy optimizer (built on demand) next to a tf_keras one (built once), as TFRS allows.
   def make():
     model, (first, second, third) = _dense_model(f)
     model.set_weights([np.full(w.shape, 0.5, np.float32) for w in model.get_weights()])

@@ -2,7 +2,7 @@
 
 They take optimizers of both tf_keras APIs and have TFRS'/Merlin's state; see
 `tf_opt_ops.routers.tf_keras_common` and docs/design.md, "Routers". Identifier
-strings resolve to new-API optimizers.
+strings resolve to tf_keras (not legacy) optimizers.
 """
 
 import tensorflow as tf
@@ -23,7 +23,7 @@ class OptimizerBlocks(core.OptimizerBlocks):
 
 
 class _TfKerasRouter(_base.PeerRouter, keras2.optimizers.Optimizer):
-  """tf_keras new-API base of both routers: no state of its own."""
+  """tf_keras base of both routers: no state of its own."""
 
   _flavor = OptimizerBlocks._flavor
   _blocks_class = OptimizerBlocks

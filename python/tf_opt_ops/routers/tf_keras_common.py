@@ -113,7 +113,7 @@ class TfKerasFlavor(core.Flavor):
 
   @staticmethod
   def rename_iterations(optimizer, scope):
-    """Gives an unbuilt new-API sub-optimizer's counter a unique name (`<scope>/iteration`):
+    """Gives an unbuilt tf_keras sub-optimizer's counter a unique name (`<scope>/iteration`):
     see `_keras2.rename_iterations`. OptimizerV2 names its counter `iter` in the scope
     `build` opens."""
     if isinstance(optimizer, _NewOptimizer):
