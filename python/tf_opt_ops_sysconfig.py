@@ -15,7 +15,10 @@ metadata, or `tensorflow.__version__` when TensorFlow is already imported).
 
     python -m tf_opt_ops_sysconfig                     # the library for the installed TensorFlow
     python -m tf_opt_ops_sysconfig --tf-version 2.15   # the library for TensorFlow 2.15
-    python -m tf_opt_ops_sysconfig --lflags            # link flags
+    python -m tf_opt_ops_sysconfig --lflags            # link flags, shell-quoted
+
+Flags print shell-quoted, as pkg-config prints them, so that a path with a space
+stays one flag: a Makefile recipe or `eval` reads them back, Python `shlex.split`.
     python -m tf_opt_ops_sysconfig --list              # the TensorFlow versions this install has
 
 The command line names only libraries this install holds: for another version
@@ -28,6 +31,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shlex
 import sys
 
 LIBRARY_NAME = "_tf_opt_ops.so"
@@ -174,9 +178,9 @@ def main(argv=None):
   except (FileNotFoundError, ImportError, ValueError) as e:
     sys.exit(str(e))
   if args.cflags:
-    print(" ".join(get_compile_flags(args.tf_version)))
+    print(shlex.join(get_compile_flags(args.tf_version)))
   elif args.lflags:
-    print(" ".join(get_link_flags(args.tf_version)))
+    print(shlex.join(get_link_flags(args.tf_version)))
   elif args.build_id:
     print(get_build_info(args.tf_version).get("BUILD_ID", ""))
   else:

@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -56,8 +57,12 @@ def test_command_line_prints_the_path_and_flags():
                     tf.__version__).strip() == _loader.LIBRARY_PATH
   assert TF_MINOR in run_python(None, "-m", "tf_opt_ops_sysconfig", "--list").split()
   assert run_python(None, "-m", "tf_opt_ops_sysconfig", "--build-id").strip() == _loader.built_id()
-  lflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags").split()
+  # Shell-quoted, so that a path with a space stays one flag.
+  lflags = shlex.split(run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags"))
+  assert lflags == tf_opt_ops_sysconfig.get_link_flags()
   assert f"-L{os.path.dirname(_loader.LIBRARY_PATH)}" in lflags
+  cflags = shlex.split(run_python(None, "-m", "tf_opt_ops_sysconfig", "--cflags"))
+  assert cflags == tf_opt_ops_sysconfig.get_compile_flags()
 
 
 @pytest.mark.parametrize("option", [[], ["--cflags"], ["--lflags"], ["--build-id"]])
@@ -92,8 +97,8 @@ def test_flags_build_a_program_that_links_the_library(tmp_path):
         std::printf("%s %d\\n", tf_opt_ops_build_id, static_cast<int>(dtype));
       }
       """))
-  cflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--cflags").split()
-  lflags = run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags").split()
+  cflags = shlex.split(run_python(None, "-m", "tf_opt_ops_sysconfig", "--cflags"))
+  lflags = shlex.split(run_python(None, "-m", "tf_opt_ops_sysconfig", "--lflags"))
   program = tmp_path / "uses_library"
   subprocess.run(["g++", *cflags, str(source), "-o", str(program), *lflags], check=True)
   out = subprocess.run([str(program)], capture_output=True, text=True, check=True).stdout
