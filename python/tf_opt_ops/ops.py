@@ -7,7 +7,7 @@ and float32 for every other type (float16/bfloat16 variables compute in float32
 inside the kernels). Duplicate indices are summed inside the kernels; rows not
 named by `indices` are not read or written. Each update's formula is stated
 once, in its op's doc (`tf_opt_ops/ops/lazy_adam_ops.cc`,
-`tf_opt_ops/ops/clippy_adagrad_ops.cc`).
+`tf_opt_ops/ops/clippy_adagrad_ops.cc`, `tf_opt_ops/ops/rowwise_adagrad_ops.cc`).
 """
 
 import tensorflow as tf
@@ -28,6 +28,7 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradV2",
+    "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
 )
 _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 
@@ -136,3 +137,36 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
                                              Taccum=accumulator_dtype,
                                              stochastic_rounding=bool(light["stochastic_rounding"]),
                                              seed=light["seed"])
+
+
+# The op's attr weight_decay_mode by name, and by FBGEMM's WeightDecayMode number.
+WEIGHT_DECAY_MODES = ("none", "l2", "decoupled")
+
+
+def weight_decay_mode_name(mode):
+  """`mode` ("none", "l2", "decoupled", or FBGEMM's number 0, 1, 2) as the op's attr value."""
+  if isinstance(mode, str) and mode in WEIGHT_DECAY_MODES:
+    return mode
+  if isinstance(mode, int) and not isinstance(mode, bool) and 0 <= mode < len(WEIGHT_DECAY_MODES):
+    return WEIGHT_DECAY_MODES[mode]
+  raise ValueError(f"weight_decay_mode must be one of {WEIGHT_DECAY_MODES} or FBGEMM's "
+                   f"WeightDecayMode number 0, 1 or 2, got {mode!r}.")
+
+
+def sparse_rowwise_adagrad(var, accum, grad, indices, *, lr=0.01, epsilon=1e-8, weight_decay=0.0,
+                           weight_decay_mode="none", use_locking=False, name=None):
+  """Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD) on the rows named by `indices`.
+
+  The formula is the doc of op `TfOptOps>ResourceSparseApplyRowwiseAdagrad`
+  (`tf_opt_ops/ops/rowwise_adagrad_ops.cc`). `accum` holds one value per row of
+  `var` (shape `[var.shape[0]]`), float32, or float64 for a float64 `var`.
+  `weight_decay_mode` is "none", "l2" or "decoupled" (or FBGEMM's 0, 1, 2).
+  Returns the op (no outputs).
+  """
+  grad = tf.convert_to_tensor(grad)
+  s = scalar_dtype(grad.dtype)
+  return load_library().tf_opt_ops_resource_sparse_apply_rowwise_adagrad(
+      var=_handle(var), accum=_handle(accum), lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
+      weight_decay=_scalar(weight_decay, s), grad=grad, indices=indices,
+      weight_decay_mode=weight_decay_mode_name(weight_decay_mode), use_locking=use_locking,
+      name=name)

@@ -167,6 +167,32 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
   return absl::OkStatus();
 }
 
+template <typename T, typename Tindex>
+absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                                       T* var, ComputeT<T>* accum,
+                                       const RowwiseAdagradStep<ComputeT<T>>& step) {
+  using C = ComputeT<T>;
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
+  if (!status.ok()) return status;
+  const int64_t dim = touched.dim;
+  const int64_t* rows = touched.groups.rows();
+  const auto offset = touched.offset();
+  const auto length = touched.length();
+  // Per row: read var (twice with L2, from cache), g and the accumulator; write var and it.
+  const Eigen::TensorOpCost cost(dim * 2.0 * sizeof(T) + sizeof(C),
+                                 dim * 1.0 * sizeof(T) + sizeof(C), 6.0 * dim);
+  touched.grad_rows.Visit([&](const auto* g) {
+    ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+      ForEachSpan(begin, end, {TableOf(var), TableOf(accum, dim)}, offset, length,
+                  [&](int64_t u, int64_t o) {
+                    RowwiseAdagradRow<T>(var + o, accum + rows[u], g + u * dim, dim, step);
+                  });
+    });
+  });
+  return absl::OkStatus();
+}
+
 // Every variable type of the ops (half, bfloat16, float, double), with both
 // index types; S is the type of the slots or the accumulator.
 #define TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, Tindex)                                           \
@@ -194,6 +220,19 @@ TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, float)
 TF_OPT_OPS_INSTANTIATE(float, Eigen::half)
 TF_OPT_OPS_INSTANTIATE(float, Eigen::bfloat16)
 #undef TF_OPT_OPS_INSTANTIATE
+// Row-wise Adagrad: every table type, its accumulator of the compute type.
+#define TF_OPT_OPS_INSTANTIATE_ROWWISE(T, Tindex)                     \
+  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(         \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*, \
+      const RowwiseAdagradStep<ComputeT<T>>&);
+#define TF_OPT_OPS_INSTANTIATE_ROWWISE_T(T) \
+  TF_OPT_OPS_INSTANTIATE_ROWWISE(T, int32_t) TF_OPT_OPS_INSTANTIATE_ROWWISE(T, int64_t)
+TF_OPT_OPS_INSTANTIATE_ROWWISE_T(Eigen::half)
+TF_OPT_OPS_INSTANTIATE_ROWWISE_T(Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE_ROWWISE_T(float)
+TF_OPT_OPS_INSTANTIATE_ROWWISE_T(double)
+#undef TF_OPT_OPS_INSTANTIATE_ROWWISE_T
+#undef TF_OPT_OPS_INSTANTIATE_ROWWISE
 #undef TF_OPT_OPS_INSTANTIATE_SPARSE
 
 }  // namespace cpu

@@ -53,6 +53,14 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
                                       T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
                                       ComputeT<T>* scale);
 
+// Row-wise Adagrad (op ResourceSparseApplyRowwiseAdagrad): the index check
+// of SparseApplyLazyAdam, then one update per distinct row, `accum` holding
+// one value of the compute type per row of var.
+template <typename T, typename Tindex>
+absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                                       T* var, ComputeT<T>* accum,
+                                       const RowwiseAdagradStep<ComputeT<T>>& step);
+
 }  // namespace cpu
 }  // namespace tf_opt_ops
 

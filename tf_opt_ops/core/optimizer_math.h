@@ -630,6 +630,101 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT
   }
 }
 
+// ---------------------------------------------------------- row-wise Adagrad
+// FBGEMM's EXACT_ROWWISE_ADAGRAD (see the ResourceSparseApplyRowwiseAdagrad
+// doc): one accumulator value per row, of the compute type C, and the
+// weight decay modes of FBGEMM's WeightDecayMode, by its numbers.
+enum class RowwiseWeightDecay : int { kNone = 0, kL2 = 1, kDecoupled = 2 };
+
+template <typename C>
+struct RowwiseAdagradStep {
+  C lr;
+  C epsilon;
+  C weight_decay;
+  RowwiseWeightDecay mode;
+};
+
+// The one conversion of RowwiseAdagradStep between compute types (as CastStep above).
+template <typename To, typename From>
+TF_OPT_OPS_HOST_DEVICE RowwiseAdagradStep<To> CastStep(const RowwiseAdagradStep<From>& s) {
+  return RowwiseAdagradStep<To>{static_cast<To>(s.lr), static_cast<To>(s.epsilon),
+                                static_cast<To>(s.weight_decay), s.mode};
+}
+
+// The mean of h^2 over a row in RowMeanSquare's order, h_j = g_j, or with
+// kL2 g_j + weight_decay * var_j (the decayed gradient enters the mean only).
+template <bool kL2, typename T, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE C RowwiseAdagradMeanSquare(const T* TF_OPT_OPS_RESTRICT var,
+                                                  const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                                  C weight_decay) {
+  if constexpr (!kL2) {
+    return RowMeanSquare<G, C>(g, n);
+  } else {
+    C lanes[kMeanLanes];
+    for (int l = 0; l < kMeanLanes; ++l) lanes[l] = C(0);
+    int64_t j = 0;
+    for (; j + kMeanLanes <= n; j += kMeanLanes) {
+      for (int l = 0; l < kMeanLanes; ++l) {
+        const C x = Load<C>(g[j + l]) + weight_decay * Load<C>(var[j + l]);
+        lanes[l] += x * x;
+      }
+    }
+    for (int l = 0; j + l < n; ++l) {
+      const C x = Load<C>(g[j + l]) + weight_decay * Load<C>(var[j + l]);
+      lanes[l] += x * x;
+    }
+    return ButterflyLaneSum<C>(lanes) / static_cast<C>(n);
+  }
+}
+
+// The accumulator update of one touched row from its mean square:
+// a_r = a_r + mean (stored); returns the step size lr / (sqrt(a_r) + epsilon),
+// epsilon outside the root, with the new a_r.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C RowwiseAdagradMultiplier(C* accum, C mean_square,
+                                                  const RowwiseAdagradStep<C>& s) {
+  const C a = *accum + mean_square;
+  *accum = a;
+  return s.lr / (Sqrt<C>(a) + s.epsilon);
+}
+
+// The factor on the old weight: 1 - multiplier * weight_decay (L2),
+// 1 - lr * weight_decay (decoupled), 1 (none).
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE C RowwiseAdagradCorrection(C multiplier, const RowwiseAdagradStep<C>& s) {
+  switch (s.mode) {
+    case RowwiseWeightDecay::kL2:
+      return C(1) - multiplier * s.weight_decay;
+    case RowwiseWeightDecay::kDecoupled:
+      return C(1) - s.lr * s.weight_decay;
+    default:
+      return C(1);
+  }
+}
+
+// One element of a touched row: w = correction * w - g * multiplier, with the
+// summed gradient g (not the decayed one).
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradElement(T* var, C g, C multiplier, C correction) {
+  *var = Store<T>(correction * Load<C>(*var) - g * multiplier);
+}
+
+// One touched row of `n` elements (`accum` points at the row's one value).
+template <typename T, typename G, typename C>
+TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var,
+                                              C* TF_OPT_OPS_RESTRICT accum,
+                                              const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                              const RowwiseAdagradStep<C>& s) {
+  const C mean_square = s.mode == RowwiseWeightDecay::kL2
+                            ? RowwiseAdagradMeanSquare<true, T, G, C>(var, g, n, s.weight_decay)
+                            : RowwiseAdagradMeanSquare<false, T, G, C>(var, g, n, s.weight_decay);
+  const C multiplier = RowwiseAdagradMultiplier<C>(accum, mean_square, s);
+  const C correction = RowwiseAdagradCorrection<C>(multiplier, s);
+  for (int64_t j = 0; j < n; ++j) {
+    RowwiseAdagradElement<T, C>(var + j, Load<C>(g[j]), multiplier, correction);
+  }
+}
+
 }  // namespace tf_opt_ops
 
 #endif  // TF_OPT_OPS_CORE_OPTIMIZER_MATH_H_
