@@ -92,6 +92,14 @@ int SparseApplyClippyAdagrad(DType dtype, DType accum_dtype, const SparseRows& r
                              const ClippyStep<double>& step, void* scale, void* scratch,
                              size_t scratch_bytes, void* stream, IndexError* index_error);
 
+// Sparse row-wise Adagrad (op ResourceSparseApplyRowwiseAdagrad): the index
+// check of SparseApplyLazyAdam, then one warp per distinct row (duplicates
+// summed in input order) with the row math of optimizer_math.h; `accum`
+// holds one value per row of the compute type (float, double for kDouble).
+int SparseApplyRowwiseAdagrad(DType dtype, const SparseRows& rows, const void* grad, void* var,
+                              void* accum, const RowwiseAdagradStep<double>& step, void* scratch,
+                              size_t scratch_bytes, void* stream, IndexError* index_error);
+
 // Writes 1 into `scale` (device; float, or double for kDouble): the scale of
 // a step that touched nothing.
 int SetScaleToOne(DType dtype, void* scale, void* stream);
