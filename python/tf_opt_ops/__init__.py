@@ -28,8 +28,8 @@ from tf_opt_ops._version import __version__
 from tf_opt_ops.checkpoints import convert_checkpoint
 
 __all__ = [
-    "LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks", "ops",
-    "keras_flavor", "convert_checkpoint", "__version__"
+    "LazyAdam", "ClippyAdagrad", "RowwiseAdagrad", "CompositeOptimizer", "MultiOptimizer",
+    "OptimizerBlocks", "ops", "keras_flavor", "convert_checkpoint", "__version__"
 ]
 
 load_library()
@@ -61,6 +61,7 @@ _FLAVORS = {
 _default = _FLAVORS[keras_flavor()]
 LazyAdam = _default.LazyAdam
 ClippyAdagrad = _default.ClippyAdagrad
+RowwiseAdagrad = _default.RowwiseAdagrad
 CompositeOptimizer = _default.CompositeOptimizer
 MultiOptimizer = _default.MultiOptimizer
 OptimizerBlocks = _default.OptimizerBlocks

@@ -845,3 +845,122 @@ CLIPPY_DOC = """Adagrad with adaptive clipping of the update (Clippy, arXiv:2302
   average, with noise hashed from (`seed`, step, element). float16 overflows
   past 65504. A checkpoint keeps the accumulator's dtype.
   """
+
+# ----------------------------------------------------------------------------- Row-wise Adagrad
+
+
+def rowwise_accumulator_dtype(var):
+  """The dtype of `var`'s row-wise accumulator: the kernels' compute dtype (float32, float64 for
+  a float64 variable)."""
+  return scalar_dtype(tf.as_dtype(var.dtype))
+
+
+def rowwise_accumulator_shape(var):
+  """[rows]: one accumulator value per row of `var`; ValueError for a scalar variable."""
+  shape = tf.TensorShape(var.shape)
+  if shape.rank is None or shape.rank < 1:
+    raise ValueError(f"RowwiseAdagrad keeps one accumulator value per row, so {var.name} must be "
+                     f"at least 1-D, got shape {shape}: train scalars with another optimizer "
+                     "(a router's rules can send them to one).")
+  return shape[:1]
+
+
+def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay_mode,
+                    use_locking=False, indices=None):
+  """Row-wise Adagrad on `var` with its row-wise accumulator `accum`; the math is the op's
+  (`ops.sparse_rowwise_adagrad`).
+
+  A sparse `grad` (a `tf.IndexedSlices`, or values with `indices`) updates the rows it names,
+  duplicates summed. A dense `grad` updates every row by the same row-wise rule: the op over
+  all rows in order, so a dense step equals a sparse one that names every row once.
+  """
+  grad, indices, dtype = _split_gradient(var, grad, indices)
+  if hasattr(accum, "shape") and hasattr(var, "shape"):  # not bare handles
+    check_slot_layout(var, {"accumulator": accum}, rowwise_accumulator_dtype(var),
+                      {"accumulator": rowwise_accumulator_shape(var)})
+  if _tf_private.in_xla_context():
+    raise NotImplementedError(
+        "RowwiseAdagrad has no XLA kernel yet: compile the training step without XLA "
+        "(jit_compile=False in model.compile, or tf.function without jit_compile).")
+  if indices is None:
+    indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
+  return ops.sparse_rowwise_adagrad(var, accum, grad, indices, lr=lr, epsilon=epsilon,
+                                    weight_decay=weight_decay, weight_decay_mode=weight_decay_mode,
+                                    use_locking=use_locking)
+
+
+class RowwiseAdagradMixin:
+  """The constructor, its checks, the config, the state's layout and the update call of every
+  RowwiseAdagrad flavor.
+
+  First among each flavor's bases, so that its `__init__` is the class's own; each flavor hands
+  the learning rate and the rest to its base class in `_init_base_optimizer`, which calls
+  `init_options` (the checks and storage of the other options) where its base class allows.
+  `weight_decay` is FBGEMM's, applied by the op as `weight_decay_mode` says (not the base class's
+  decoupled decay, which the flavors leave off).
+  """
+
+  def __init__(self, learning_rate=0.01, initial_accumulator_value=0.0, epsilon=1e-8,
+               weight_decay=0.0, weight_decay_mode="none", name="RowwiseAdagrad", **kwargs):
+    options = dict(initial_accumulator_value=initial_accumulator_value, epsilon=epsilon,
+                   weight_decay=weight_decay, weight_decay_mode=weight_decay_mode)
+    self._init_base_optimizer(learning_rate, name, kwargs,
+                              lambda: self._init_rowwise_adagrad(**options))
+
+  def _init_rowwise_adagrad(self, *, initial_accumulator_value, epsilon, weight_decay,
+                            weight_decay_mode):
+    """Checks and keeps every option but the learning rate (each base class keeps that)."""
+    check_non_negative(initial_accumulator_value=initial_accumulator_value, epsilon=epsilon,
+                       weight_decay=0.0 if weight_decay is None else weight_decay)
+    self.initial_accumulator_value = initial_accumulator_value
+    self.epsilon = epsilon
+    self.weight_decay = 0.0 if weight_decay is None else weight_decay
+    self.weight_decay_mode = ops.weight_decay_mode_name(weight_decay_mode)
+
+  def _rowwise_adagrad_config(self):
+    return {
+        "initial_accumulator_value": self.initial_accumulator_value,
+        "epsilon": self.epsilon,
+        "weight_decay": self.weight_decay,
+        "weight_decay_mode": self.weight_decay_mode,
+    }
+
+  def _slot_layouts(self, var):
+    """{slot: (dtype name, shape)} of the slots this optimizer keeps for `var`."""
+    return {
+        "accumulator":
+            (rowwise_accumulator_dtype(var).name, tuple(rowwise_accumulator_shape(var).as_list()))
+    }
+
+  def _initial_accumulator(self, var):
+    """The accumulator's first value for `var`: [rows] of `initial_accumulator_value`."""
+    return tf.fill(
+        rowwise_accumulator_shape(var).as_list(),
+        tf.constant(self.initial_accumulator_value, rowwise_accumulator_dtype(var)))
+
+  def _rowwise_apply(self, grad, var, accum, lr, use_locking=False, indices=None):
+    return rowwise_adagrad(var, accum, grad, lr=lr, epsilon=self.epsilon,
+                           weight_decay=self.weight_decay, weight_decay_mode=self.weight_decay_mode,
+                           use_locking=use_locking, indices=indices)
+
+
+ROWWISE_ADAGRAD_DOC = """Row-wise Adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, TorchRec's default.
+
+  One accumulator value per row of each variable (slot `accumulator`, shape
+  `[rows]`, float32, or float64 for a float64 variable): the state of a
+  64-wide table is 1/64 of Adagrad's. Per row r a step touches, with g its
+  gradient row (duplicates summed): `accum[r] += mean_j(g_j^2)`, then
+  `w -= lr * g / (sqrt(accum[r]) + epsilon)` (the math, weight decay
+  included: op `TfOptOps>ResourceSparseApplyRowwiseAdagrad`,
+  `tf_opt_ops/ops/rowwise_adagrad_ops.cc`). A `tf.IndexedSlices` gradient
+  updates only the rows it names; a dense one updates every row by the same
+  rule. Variables must be at least 1-D.
+
+  Defaults are FBGEMM's: `learning_rate` 0.01, `initial_accumulator_value`
+  0, `epsilon` 1e-8 (outside the square root). `weight_decay` and
+  `weight_decay_mode` are FBGEMM's: "none", "l2" (the decay added to the
+  gradient, through the mean and the adaptive step) or "decoupled"
+  (`w *= 1 - lr * weight_decay` before the step), or FBGEMM's numbers 0, 1,
+  2; the decay applies to the rows a step touches only. No XLA kernel yet:
+  train without jit_compile.
+  """

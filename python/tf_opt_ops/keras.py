@@ -1,4 +1,4 @@
-"""LazyAdam and ClippyAdagrad for Keras 3 (`keras.optimizers.Optimizer`).
+"""LazyAdam, ClippyAdagrad and RowwiseAdagrad for Keras 3 (`keras.optimizers.Optimizer`).
 
 `tf.keras` is Keras 3 unless `TF_USE_LEGACY_KERAS=1`. The state of `LazyAdam`
 is that of `keras.optimizers.Adam` (`[iteration, learning_rate, momentum0,
@@ -20,7 +20,10 @@ from tf_opt_ops.routers.keras import CompositeOptimizer
 from tf_opt_ops.routers.keras import MultiOptimizer
 from tf_opt_ops.routers.keras import OptimizerBlocks
 
-__all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+__all__ = [
+    "LazyAdam", "ClippyAdagrad", "RowwiseAdagrad", "CompositeOptimizer", "MultiOptimizer",
+    "OptimizerBlocks"
+]
 
 
 class _ScalableIndexedSlices(tf.IndexedSlices):
@@ -330,8 +333,48 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Opt
     return config
 
 
+class RowwiseAdagrad(_core.RowwiseAdagradMixin, _Keras3Mixin, keras.optimizers.Optimizer):
+  __doc__ = _core.ROWWISE_ADAGRAD_DOC
+
+  def _init_base_optimizer(self, learning_rate, name, kwargs, init_options):
+    super(_core.RowwiseAdagradMixin, self).__init__(learning_rate=learning_rate, name=name,
+                                                    **kwargs)
+    init_options()
+
+  def build(self, var_list):
+    if self.built:
+      return
+    self._check_restored_slots(var_list)
+    super().build(var_list)
+    accumulators = []
+    initializer = keras.initializers.Constant(self.initial_accumulator_value)
+    for var in var_list:
+      accumulators.append(
+          _add_slot_variable(self, var, "accumulator", _core.rowwise_accumulator_dtype(var),
+                             _core.rowwise_accumulator_shape(var).as_list(),
+                             initializer=initializer))
+    # Assigned whole, so tracked: the list is in checkpoints' object graphs.
+    self._accumulators = accumulators
+    self._build_row_state(var_list)
+
+  def update_step(self, gradient, variable, learning_rate):
+    index = self._get_variable_index(variable)
+
+    def update():
+      # The op applies weight_decay as weight_decay_mode says (no base class decay).
+      return self._rowwise_apply(gradient, variable, self._accumulators[index], learning_rate)
+
+    self._with_moving_average(gradient, variable, update)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(self._rowwise_adagrad_config())
+    return config
+
+
 # Our names, and the names of the classes we replace. Why: see docs/design.md,
 # "Keras flavors and checkpoints".
 _registry.register("keras", LazyAdam, "tf_opt_ops",
                    aliases=("Addons>LazyAdam", "merlin.models>LazyAdam"))
 _registry.register("keras", ClippyAdagrad, "tf_opt_ops", aliases=("Custom>ClippyAdagrad",))
+_registry.register("keras", RowwiseAdagrad, "tf_opt_ops")

@@ -1,4 +1,4 @@
-"""LazyAdam and ClippyAdagrad for the Keras 2 legacy optimizer API (OptimizerV2).
+"""LazyAdam, ClippyAdagrad and RowwiseAdagrad for the Keras 2 legacy optimizer API (OptimizerV2).
 
 Base class `tf_keras.optimizers.legacy.Optimizer`. `LazyAdam` is what
 TensorFlow Addons' and Merlin's `LazyAdam` are under TensorFlow >= 2.11: a
@@ -26,7 +26,10 @@ from tf_opt_ops.routers.legacy import CompositeOptimizer
 from tf_opt_ops.routers.legacy import MultiOptimizer
 from tf_opt_ops.routers.legacy import OptimizerBlocks
 
-__all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+__all__ = [
+    "LazyAdam", "ClippyAdagrad", "RowwiseAdagrad", "CompositeOptimizer", "MultiOptimizer",
+    "OptimizerBlocks"
+]
 
 # tf_keras, or keras 2.15 on TensorFlow 2.15 (where it is tf.keras): see `_keras2`.
 keras2 = _keras2.package()
@@ -240,6 +243,41 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _LegacyMixin, keras2.optimizers.le
     return config
 
 
+class RowwiseAdagrad(_core.RowwiseAdagradMixin, _LegacyMixin, keras2.optimizers.legacy.Optimizer):
+  __doc__ = _core.ROWWISE_ADAGRAD_DOC
+
+  def _init_base_optimizer(self, learning_rate, name, kwargs, init_options):
+    init_options()
+    super(_core.RowwiseAdagradMixin, self).__init__(name, **kwargs)
+    self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+    self._set_hyper("decay", self._initial_decay)
+
+  def _create_slots(self, var_list):
+    for var in var_list:
+      self.add_slot(
+          var, "accumulator",
+          tf.compat.v1.constant_initializer(self.initial_accumulator_value,
+                                            dtype=_core.rowwise_accumulator_dtype(var)),
+          shape=_core.rowwise_accumulator_shape(var))
+
+  def _slot_dtype(self, var, slot_name):
+    dtype = _core.rowwise_accumulator_dtype(var)
+    return None if dtype == var.dtype.base_dtype else dtype
+
+  def _apply(self, grad, var, indices=None):
+    return self._rowwise_apply(grad, var, self.get_slot(var, "accumulator"), self._lr(var),
+                               use_locking=self._use_locking, indices=indices)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        "learning_rate": self._serialize_hyperparameter("learning_rate"),
+        "decay": self._initial_decay,
+    })
+    config.update(self._rowwise_adagrad_config())
+    return config
+
+
 def _factor_key(var):
   """The key of `var`'s clipping factor: that of its first shard for a shard."""
   container = _tf_private.sharded_container(var)
@@ -251,3 +289,4 @@ def _factor_key(var):
 _registry.register("tf_keras", LazyAdam, "tf_opt_ops.legacy",
                    aliases=("Addons>LazyAdam", "merlin.models>LazyAdam"))
 _registry.register("tf_keras", ClippyAdagrad, "tf_opt_ops.legacy")
+_registry.register("tf_keras", RowwiseAdagrad, "tf_opt_ops.legacy")

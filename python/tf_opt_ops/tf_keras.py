@@ -1,4 +1,4 @@
-"""LazyAdam and ClippyAdagrad for the Keras 2 optimizer API (`tf_keras.optimizers.Optimizer`).
+"""LazyAdam, ClippyAdagrad and RowwiseAdagrad for tf_keras (`tf_keras.optimizers.Optimizer`).
 
 This is `tf.keras` when `TF_USE_LEGACY_KERAS=1`. `LazyAdam`'s state is that of
 `tf_keras.optimizers.Adam` (`[iteration, m0, v0, m1, v1, ...]`), and
@@ -25,7 +25,10 @@ from tf_opt_ops.routers.tf_keras import CompositeOptimizer
 from tf_opt_ops.routers.tf_keras import MultiOptimizer
 from tf_opt_ops.routers.tf_keras import OptimizerBlocks
 
-__all__ = ["LazyAdam", "ClippyAdagrad", "CompositeOptimizer", "MultiOptimizer", "OptimizerBlocks"]
+__all__ = [
+    "LazyAdam", "ClippyAdagrad", "RowwiseAdagrad", "CompositeOptimizer", "MultiOptimizer",
+    "OptimizerBlocks"
+]
 
 # tf_keras, or keras 2.15 on TensorFlow 2.15 (where it is tf.keras): see `_keras2`.
 keras2 = _keras2.package()
@@ -378,6 +381,55 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _TfKerasMixin, keras2.optimizers.O
     return config
 
 
+class RowwiseAdagrad(_core.RowwiseAdagradMixin, _TfKerasMixin, keras2.optimizers.Optimizer):
+  __doc__ = _core.ROWWISE_ADAGRAD_DOC
+
+  def _init_base_optimizer(self, learning_rate, name, kwargs, init_options):
+    # No XLA kernel for the op yet: off unless asked for.
+    kwargs.setdefault("jit_compile", False)
+    super(_core.RowwiseAdagradMixin, self).__init__(name=name, **kwargs)
+    init_options()  # after the base class, which sets its own weight_decay
+    self._learning_rate = self._build_learning_rate(learning_rate)
+
+  def _apply_weight_decay(self, variables):
+    # weight_decay is FBGEMM's, applied by the op on the rows each step touches.
+    return
+
+  def build(self, var_list):
+    self._check_restored_slots(var_list)
+    with self._restoring_into_shards(var_list):
+      self._build_state(var_list)
+      self._build_row_state(var_list)
+
+  def _build_state(self, var_list):
+    super().build(var_list)
+    if getattr(self, "_built", False):
+      return
+    self._built = True
+    self._accumulators = []
+    for var in var_list:
+      dtype = _core.rowwise_accumulator_dtype(var)
+      reference = var if dtype == var.dtype else _keras2.VariableWithSlotDtype(var, dtype)
+      self._accumulators.append(
+          self.add_variable_from_reference(reference, "accumulator",
+                                           shape=_core.rowwise_accumulator_shape(var),
+                                           initial_value=self._initial_accumulator(var)))
+
+  def update_step(self, gradient, variable):
+
+    def update():
+      return self._rowwise_apply(gradient, variable, self._accumulators[self._index(variable)],
+                                 self.learning_rate)
+
+    return self._with_moving_average(gradient, variable, update)
+
+  def get_config(self):
+    config = super().get_config()
+    config["learning_rate"] = self._serialize_hyperparameter(self._learning_rate)
+    config.update(self._rowwise_adagrad_config())
+    return config
+
+
 def _filled_like(variable, value):
   """`value` in every element of a tensor shaped and laid out like `variable`."""
   return tf.ones_like(variable) * value
@@ -390,3 +442,4 @@ def _filled_like(variable, value):
 _registry.register("tf_keras", LazyAdam, "tf_opt_ops.tf_keras")
 _registry.register("tf_keras", ClippyAdagrad, "tf_opt_ops.tf_keras",
                    aliases=("Custom>ClippyAdagrad",))
+_registry.register("tf_keras", RowwiseAdagrad, "tf_opt_ops.tf_keras")

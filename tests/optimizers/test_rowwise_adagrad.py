@@ -1,0 +1,191 @@
+"""RowwiseAdagrad in every flavor against reference.sparse_rowwise_adagrad, over several steps:
+sparse and dense gradients, eager and tf.function, configs, checkpoints and model files."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_optimizers import FLAVORS
+
+from tf_opt_ops import reference
+
+from optimizer_checks import BATCH
+from optimizer_checks import COLS
+from optimizer_checks import NP_DTYPES
+from optimizer_checks import ROWS
+from optimizer_checks import check_fit
+from optimizer_checks import check_model_file_round_trip
+from optimizer_checks import sparse_batches
+from optimizer_checks import variables_of
+
+
+@pytest.fixture(params=[pytest.param(f, id=f.name) for f in FLAVORS])
+def flavor(request):
+  """One case per Keras flavor (test_optimizers.FlavorCase)."""
+  return request.param
+
+
+OPTIONS = dict(learning_rate=0.05, initial_accumulator_value=0.1, epsilon=1e-3, weight_decay=0.1)
+# The op's results are the reference's bit for bit (tests/ops); here the flavors' inputs are
+# checked, to the last bits of a learning rate that went through float64 (and, for float64
+# tables, through Keras 3's float32 learning rate variable).
+TOL = {
+    "float32": dict(rtol=1e-6, atol=1e-7), "float64": dict(rtol=1e-7, atol=1e-9),
+    "float16": dict(rtol=1e-3, atol=1e-3), "bfloat16": dict(rtol=1e-2, atol=1e-2)
+}
+
+
+def accumulator_of(opt, var):
+  """The optimizer's row-wise accumulator of `var` (the only variable of shape [rows])."""
+  if hasattr(opt, "get_slot"):
+    return opt.get_slot(var, "accumulator")
+  [accum] = [v for v in variables_of(opt) if tuple(v.shape) == (var.shape[0],)]
+  return accum
+
+
+def reference_state(init, dtype, options):
+  accum = np.full([ROWS], options.get("initial_accumulator_value", 0.0),
+                  np.float64 if dtype == "float64" else np.float32)
+  return reference.store(init, dtype), accum
+
+
+def reference_hyper(options):
+  return dict(lr=options.get("learning_rate", 0.01), epsilon=options.get("epsilon", 1e-8),
+              weight_decay=options.get("weight_decay", 0.0),
+              weight_decay_mode=options.get("weight_decay_mode", "none"))
+
+
+def train_and_compare(flavor, dtype, options, sparse, mode, steps=4):
+  module = flavor.module
+  rng = np.random.default_rng(0)
+  init = rng.normal(size=(ROWS, COLS))
+  var = tf.Variable(tf.constant(init, dtype=dtype))
+  opt = module.RowwiseAdagrad(**options)
+  ref_var, ref_accum = reference_state(init, dtype, options)
+
+  def apply(grad):
+    opt.apply_gradients([(grad, var)])
+
+  if mode == "tf.function":
+    apply = tf.function(apply)
+  for values, indices in sparse_batches(steps, ROWS, COLS, BATCH, seed=1):
+    values = values.astype(NP_DTYPES[dtype]).astype(np.float64)
+    before = var.numpy().copy()
+    if sparse:
+      grad = tf.IndexedSlices(tf.constant(values, dtype=dtype), tf.constant(indices),
+                              tf.constant([ROWS, COLS]))
+      ref_var, ref_accum = reference.sparse_rowwise_adagrad(ref_var, ref_accum,
+                                                            reference.store(values, dtype), indices,
+                                                            dtype, **reference_hyper(options))
+    else:
+      dense = np.zeros((ROWS, COLS))
+      np.add.at(dense, indices, values)
+      grad = tf.constant(dense, dtype=dtype)
+      ref_var, ref_accum = reference.rowwise_adagrad(ref_var, ref_accum,
+                                                     reference.store(dense, dtype), dtype,
+                                                     **reference_hyper(options))
+    apply(grad)
+    np.testing.assert_allclose(var.numpy().astype(np.float64),
+                               reference.load(ref_var, dtype).astype(np.float64), **TOL[dtype])
+    np.testing.assert_allclose(accumulator_of(opt, var).numpy(), ref_accum, **TOL[dtype])
+    if sparse:
+      untouched = np.setdiff1d(np.arange(ROWS), indices)
+      np.testing.assert_array_equal(var.numpy()[untouched].view(np.uint8),
+                                    before[untouched].view(np.uint8))
+  assert int(opt.iterations.numpy()) == steps
+  return opt, var
+
+
+@pytest.mark.parametrize("weight_decay_mode", ["none", "l2", "decoupled"])
+@pytest.mark.parametrize("mode", ["eager", "tf.function"])
+def test_sparse_matches_reference(flavor, mode, weight_decay_mode):
+  train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
+                    sparse=True, mode=mode)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_table_dtypes(flavor, dtype):
+  opt, var = train_and_compare(flavor, dtype, dict(OPTIONS, weight_decay_mode="l2"), sparse=True,
+                               mode="eager")
+  want = tf.float64 if dtype == "float64" else tf.float32
+  assert accumulator_of(opt, var).dtype == want
+
+
+@pytest.mark.parametrize("weight_decay_mode", ["none", "decoupled"])
+def test_dense_gradient_updates_every_row_by_the_same_rule(flavor, weight_decay_mode):
+  train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
+                    sparse=False, mode="tf.function")
+
+
+def test_defaults_are_fbgemm_s(flavor):
+  opt = flavor.module.RowwiseAdagrad()
+  config = opt.get_config()
+  assert config["learning_rate"] == pytest.approx(0.01)
+  assert (config["initial_accumulator_value"], config["epsilon"], config["weight_decay"],
+          config["weight_decay_mode"]) == (0.0, 1e-8, 0.0, "none")
+  train_and_compare(flavor, "float32", {}, sparse=True, mode="eager", steps=2)
+
+
+def test_config_round_trip_and_registered_name(flavor):
+  module = flavor.module
+  opt = module.RowwiseAdagrad(weight_decay_mode=2, **OPTIONS)
+  config = opt.get_config()
+  assert config["weight_decay_mode"] == "decoupled"
+  clone = module.RowwiseAdagrad.from_config(config)
+  assert clone.get_config() == config
+  serialized = flavor.keras.optimizers.serialize(opt)
+  revived = flavor.keras.optimizers.deserialize(serialized, **flavor.deserialize_kwargs)
+  assert type(revived) is module.RowwiseAdagrad
+  assert revived.get_config() == config
+
+
+def test_bad_options_are_refused(flavor):
+  cls = flavor.module.RowwiseAdagrad
+  with pytest.raises(ValueError, match="weight_decay_mode"):
+    cls(weight_decay_mode="adamw")
+  with pytest.raises(ValueError, match="initial_accumulator_value"):
+    cls(initial_accumulator_value=-1.0)
+  opt = cls()
+  with pytest.raises(ValueError, match="at least 1-D"):
+    opt.apply_gradients([(tf.constant(1.0), tf.Variable(2.0))])
+
+
+def test_checkpoint_restore_continues_identically(flavor, tmp_path):
+  module = flavor.module
+  options = dict(OPTIONS, weight_decay_mode="l2")
+  init = np.random.default_rng(0).normal(size=(ROWS, COLS)).astype(np.float32)
+  batches = sparse_batches(6, ROWS, COLS, BATCH, seed=5)
+
+  def step(opt, var, batch):
+    values, indices = batch
+    opt.apply_gradients([(tf.IndexedSlices(tf.constant(values), tf.constant(indices),
+                                           tf.constant([ROWS, COLS])), var)])
+
+  var = tf.Variable(init)
+  opt = module.RowwiseAdagrad(**options)
+  for batch in batches[:3]:
+    step(opt, var, batch)
+  path = tf.train.Checkpoint(var=var, optimizer=opt).write(str(tmp_path / "ckpt"))
+  restored_var = tf.Variable(np.zeros_like(init))
+  restored = module.RowwiseAdagrad(**options)
+  status = tf.train.Checkpoint(var=restored_var, optimizer=restored).read(path)
+  for batch in batches[3:]:
+    step(opt, var, batch)
+    step(restored, restored_var, batch)
+  status.assert_consumed()
+  assert int(restored.iterations.numpy()) == 6
+  np.testing.assert_array_equal(restored_var.numpy(), var.numpy())
+  np.testing.assert_array_equal(
+      accumulator_of(restored, restored_var).numpy(),
+      accumulator_of(opt, var).numpy())
+
+
+def test_fit_with_an_embedding(flavor):
+  module = flavor.module
+  check_fit(flavor.keras, module.RowwiseAdagrad(learning_rate=0.1))
+
+
+def test_model_file_round_trip(flavor, tmp_path):
+  options = dict(OPTIONS, learning_rate=0.1, weight_decay_mode="l2")
+  for fmt in flavor.model_file_formats:
+    check_model_file_round_trip(flavor.keras, flavor.module.RowwiseAdagrad(**options),
+                                str(tmp_path / f"m.{fmt}"))
