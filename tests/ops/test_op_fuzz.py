@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the three ops: no input kills the process.
+"""Property-based fuzzing of the ops: no input kills the process.
 
 Hypothesis draws shapes, dtypes, index types, indices (in range, out of range,
 negative, duplicated, empty), eager or graph execution, and at most one fault:
@@ -45,12 +45,12 @@ OPS = ("lazy_adam", "clippy", "sparse_clippy")
 # The V2 ops (light state: lazy Adam's slots, Clippy's accumulator, of their own dtype): fuzzed
 # too, their dtypes (no float64) and layout drawn; the named regressions below are for the three
 # ops above.
-FUZZ_OPS = OPS + ("lazy_adam_v2", "clippy_v2", "sparse_clippy_v2")
+FUZZ_OPS = OPS + ("lazy_adam_v2", "clippy_v2", "sparse_clippy_v2", "rowwise_adagrad")
 LIGHT_DTYPES = ("float16", "bfloat16", "float32")
 SLOTS = {
     "lazy_adam": ("var", "m", "v"), "lazy_adam_v2": ("var", "m", "v"), "clippy": ("var", "accum"),
     "sparse_clippy": ("var", "accum"), "clippy_v2": ("var", "accum"),
-    "sparse_clippy_v2": ("var", "accum")
+    "sparse_clippy_v2": ("var", "accum"), "rowwise_adagrad": ("var", "accum")
 }
 HYPERS = {
     "lazy_adam": ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"),
@@ -60,6 +60,7 @@ HYPERS = {
 HYPERS["sparse_clippy"] = HYPERS["clippy"]
 HYPERS["lazy_adam_v2"] = HYPERS["lazy_adam"]
 HYPERS["clippy_v2"] = HYPERS["sparse_clippy_v2"] = HYPERS["clippy"]
+HYPERS["rowwise_adagrad"] = ("lr", "epsilon", "weight_decay")
 
 # ------------------------------------------------------------------ the worker
 # Runs in its own process: builds the tensors of one case, calls the op, and
@@ -103,7 +104,9 @@ def _worker_call(tf, lib, case):
   kwargs = dict(zip(SLOTS[case["op"]], handles), grad=grad, **hypers)
   if sparse_op(case["op"]):
     kwargs["indices"] = tf.constant(case["indices"], tf.as_dtype(case["index_dtype"]))
-  if not case["op"].startswith("lazy_adam"):
+  if case["op"] == "rowwise_adagrad":
+    kwargs.update(weight_decay_mode=case["weight_decay_mode"])
+  elif not case["op"].startswith("lazy_adam"):
     kwargs.update(clip_accumulator_update=case["flags"][0],
                   use_standard_accumulator_update=case["flags"][1])
   if case["op"].endswith("_v2"):
@@ -122,6 +125,7 @@ def _worker_call(tf, lib, case):
       "sparse_clippy_v2": lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad_v2,
       "clippy": lib.tf_opt_ops_resource_apply_clippy_adagrad,
       "sparse_clippy": lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad,
+      "rowwise_adagrad": lib.tf_opt_ops_resource_sparse_apply_rowwise_adagrad,
   }[case["op"]]
   result = {"outcome": "ok", "error": None, "message": "", "scale": None}
   try:
@@ -135,7 +139,7 @@ def _worker_call(tf, lib, case):
       out = fn() if fn is not None else None
     else:
       out = op(**kwargs)
-    if out is not None and not case["op"].startswith("lazy_adam"):
+    if out is not None and not case["op"].startswith(("lazy_adam", "rowwise")):
       result["scale"] = float(out.numpy())
   except tf.errors.OpError as e:
     result.update(outcome="error", error=type(e).__name__, message=str(e)[:2000])
@@ -261,7 +265,7 @@ def cases(draw, op):
   shape = [num_rows, *row_shape] if sparse else draw(
       st.lists(st.integers(0, 4), min_size=0, max_size=3))
   applicable = [f for f in FAULTS if sparse or f != "indices_shape"]
-  if op.startswith("lazy_adam"):
+  if op.startswith(("lazy_adam", "rowwise")):
     applicable.remove("both_flags")
   if light:  # float32 hyperparameters only: another dtype is refused by the op's signature
     applicable.remove("hyper_dtype")
@@ -275,15 +279,19 @@ def cases(draw, op):
   case = dict(op=op, dtype=dtype, shape=shape, fault=fault, indices=indices,
               index_dtype=draw(st.sampled_from(["int32", "int64"])), graph=draw(st.booleans()),
               flags=draw(st.sampled_from([(False, False), (True, False), (False, True)])),
-              seed=draw(st.integers(0, 2**31 - 1)), serial=draw(st.integers(0, 2**62)))
+              seed=draw(st.integers(0, 2**31 - 1)), serial=draw(st.integers(0, 2**62)),
+              weight_decay_mode=draw(st.sampled_from(["none", "l2", "decoupled"])))
   if light:
     case["light"] = dict(slot_dtype=draw(st.sampled_from(LIGHT_DTYPES)),
                          rowwise_second_moment=op == "lazy_adam_v2" and draw(st.booleans()),
                          stochastic_rounding=draw(st.booleans()), seed=draw(st.integers(0, 2**40)),
                          step=draw(st.integers(1, 10**6)))
   if fault in ("slot_dtype", "grad_dtype", "hyper_dtype"):
-    # Another dtype than the one the op was given for it (for a light slot, Tslot).
+    # Another dtype than the one the op was given for it (for a light slot, Tslot; for the
+    # row-wise accumulator, the compute type).
     given = case["light"]["slot_dtype"] if light and fault == "slot_dtype" else dtype
+    if op == "rowwise_adagrad" and fault == "slot_dtype":
+      given = np.dtype(reference.compute_type(dtype)).name
     case["other_dtype"] = draw(
         st.sampled_from([d for d in (LIGHT_DTYPES if light else DTYPES) if d != given]))
   if fault in ("slot_dtype", "slot_shape", "uninitialized"):
@@ -299,6 +307,9 @@ def _hypers(op, rng):
     beta1, beta2 = 0.9, 0.999
     return dict(beta1_power=beta1**t, beta2_power=beta2**t, lr=float(rng.uniform(1e-3, 0.5)),
                 beta1=beta1, beta2=beta2, epsilon=1e-7)
+  if op == "rowwise_adagrad":
+    return dict(lr=float(rng.uniform(1e-3, 1.0)), epsilon=float(rng.choice([1e-8, 1e-3])),
+                weight_decay=float(rng.choice([0.0, 0.01, 0.5])))
   return dict(lr=float(rng.uniform(1e-3, 1.0)), epsilon=1e-7,
               variable_relative_threshold=float(rng.uniform(0, 0.2)),
               accumulator_relative_threshold=float(rng.uniform(0, 0.02)),
@@ -320,6 +331,9 @@ def build(case):
     slot_dtypes[1:] = [light["slot_dtype"]] * (len(SLOTS[op]) - 1)
     if light["rowwise_second_moment"]:
       slot_shapes[2] = shape[:1]
+  if op == "rowwise_adagrad":  # one accumulator value per row, of the compute type
+    slot_dtypes[1] = np.dtype(reference.compute_type(dtype)).name
+    slot_shapes[1] = shape[:1]
   grad_dtype = dtype
   hyper_dtype = "float64" if dtype == "float64" else "float32"
   if op in ("clippy", "clippy_v2"):
@@ -360,6 +374,7 @@ def build(case):
                  indices=np.asarray(indices if indices is not None else [], np.int64),
                  index_dtype=case["index_dtype"], flags=flags, graph=case["graph"],
                  serial=case["serial"], light=light,
+                 weight_decay_mode=case.get("weight_decay_mode", "none"),
                  uninitialized=case["fault_slot"] if fault == "uninitialized" else None)
   valid = fault is None and (not sparse_op(op) or all(0 <= i < shape[0] for i in indices))
   return request, valid
@@ -370,7 +385,10 @@ def expected(request, dtype):
   op, values = request["op"], request["slot_values"]
   indices, grad = request["indices"], request["grad"]
   if sparse_op(op) and len(indices) == 0:  # nothing touched
-    return values, (None if op.startswith("lazy_adam") else 1.0)
+    return values, (None if op.startswith(("lazy_adam", "rowwise")) else 1.0)
+  if op == "rowwise_adagrad":
+    return reference.sparse_rowwise_adagrad(*values, grad, indices, dtype, **request["hypers"],
+                                            weight_decay_mode=request["weight_decay_mode"]), None
   if op.startswith("lazy_adam"):
     h = request["hypers"]
     return reference.sparse_lazy_adam(*values, grad, indices, dtype, lr=h["lr"], beta1=h["beta1"],

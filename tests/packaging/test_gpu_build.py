@@ -95,6 +95,7 @@ OPS = {
     "TfOptOps>ResourceSparseApplyClippyAdagrad": (
         ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
          "absolute_threshold"), True),
+    "TfOptOps>ResourceSparseApplyRowwiseAdagrad": (("lr", "epsilon", "weight_decay"), True),
 }
 
 
@@ -271,7 +272,8 @@ def test_tensorflow_symbols_come_from_the_framework_only():
 
 
 @needs_cuda_build
-@pytest.mark.parametrize("source", ["lazy_adam_kernels", "clippy_adagrad_kernels"])
+@pytest.mark.parametrize("source",
+                         ["lazy_adam_kernels", "clippy_adagrad_kernels", "rowwise_adagrad_kernels"])
 def test_ptx_float_math_is_correctly_rounded_and_not_contracted(source, tmp_path):
   # The kernels' float32/float64 results equal the CPU's bit for bit only
   # with IEEE sqrt and division and no fused multiply-adds (the CPU has none).
