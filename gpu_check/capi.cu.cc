@@ -18,6 +18,8 @@ namespace {
 
 using tf_opt_ops::AdamStep;
 using tf_opt_ops::ClippyStep;
+using tf_opt_ops::RowwiseAdagradStep;
+using tf_opt_ops::RowwiseWeightDecay;
 using tf_opt_ops::gpu::DType;
 using tf_opt_ops::gpu::IndexError;
 using tf_opt_ops::gpu::IndexType;
@@ -52,6 +54,15 @@ ClippyStep<double> MakeClippyStep(DType dtype, double lr, double epsilon, double
                                  at,
                                  clip_accumulator_update != 0,
                                  use_standard_accumulator_update != 0};
+  return dtype == DType::kDouble ? given
+                                 : tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<float>(given));
+}
+
+// The hyperparameters in the compute type (as the OpKernel reads them), widened exactly.
+RowwiseAdagradStep<double> MakeRowwiseStep(DType dtype, double lr, double epsilon,
+                                           double weight_decay, int weight_decay_mode) {
+  const RowwiseAdagradStep<double> given{lr, epsilon, weight_decay,
+                                         static_cast<RowwiseWeightDecay>(weight_decay_mode)};
   return dtype == DType::kDouble ? given
                                  : tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<float>(given));
 }
@@ -200,4 +211,22 @@ TFO_API int tfo_sparse_clippy_adagrad(int dtype, int index_type, const void* ind
 
 TFO_API int tfo_set_scale_to_one(int dtype, void* scale) {
   return tf_opt_ops::gpu::SetScaleToOne(static_cast<DType>(dtype), scale, g_stream);
+}
+
+// Sparse row-wise Adagrad; `accum` holds one value per row of the compute type;
+// weight_decay_mode is FBGEMM's number (0 none, 1 L2, 2 decoupled).
+TFO_API int tfo_sparse_rowwise_adagrad(int dtype, int index_type, const void* indices,
+                                       int64_t num_indices, int64_t num_rows, int64_t row_size,
+                                       const void* grad, void* var, void* accum, double lr,
+                                       double epsilon, double weight_decay, int weight_decay_mode,
+                                       void* scratch, size_t scratch_bytes, int64_t* bad_position,
+                                       int64_t* bad_index) {
+  const DType t = static_cast<DType>(dtype);
+  const RowwiseAdagradStep<double> step =
+      MakeRowwiseStep(t, lr, epsilon, weight_decay, weight_decay_mode);
+  const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
+  return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
+    return tf_opt_ops::gpu::SparseApplyRowwiseAdagrad(t, rows, grad, var, accum, step, scratch,
+                                                      scratch_bytes, g_stream, bad);
+  });
 }

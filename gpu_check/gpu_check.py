@@ -111,6 +111,9 @@ class CudaBackend:
         [cint, cint, vp, i64, i64, i64, vp, vp, vp] + [dbl] * 5 +
         [cint, cint, vp, vp, sz, ctypes.POINTER(i64),
          ctypes.POINTER(i64)])
+    L.tfo_sparse_rowwise_adagrad.argtypes = (
+        [cint, cint, vp, i64, i64, i64, vp, vp, vp] + [dbl] * 3 +
+        [cint, vp, sz, ctypes.POINTER(i64), ctypes.POINTER(i64)])
     L.tfo_set_scale_to_one.argtypes = [cint, vp]
     self.allocations = []
 
@@ -271,6 +274,24 @@ class CudaBackend:
          np.full((), 7, scale_like.dtype),
          np.zeros(nbytes, np.uint8)], sparse_body)
 
+  def rowwise_adagrad(self, dtype, var, accum, grad, indices, hyper):
+    """Returns (var, accum, bad); `accum` holds one compute-type value per row."""
+    n, num_rows, dim, nbytes = self._sparse_sizes(dtype, var, indices)
+
+    def body(p):
+      d_var, d_acc, d_grad, d_idx, d_scratch = p
+      bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
+      self.check(
+          self.lib.tfo_sparse_rowwise_adagrad(
+              DTYPE_CODE[dtype], INDEX_CODE[indices.dtype.type], d_idx, n, num_rows, dim, d_grad,
+              d_var, d_acc, hyper["lr"], hyper["epsilon"], hyper["weight_decay"],
+              reference.WEIGHT_DECAY_MODES.index(hyper["weight_decay_mode"]), d_scratch, nbytes,
+              ctypes.byref(bad_pos), ctypes.byref(bad_idx)), "SparseApplyRowwiseAdagrad")
+      self.sync()
+      return self.download(d_var, var), self.download(d_acc, accum), (bad_pos.value, bad_idx.value)
+
+    return self._with([var, accum, grad, indices, np.zeros(nbytes, np.uint8)], body)
+
   def set_scale_to_one(self, dtype):
     like = np.zeros((), reference.compute_type(dtype))
 
@@ -348,6 +369,14 @@ class TfCpuBackend:
                                            hyper)))
       scale = out[0].numpy()[()] if out else np.nan
       return self._get(tv, dtype), self._get(ta, dtype), scale, bad
+
+  def rowwise_adagrad(self, dtype, var, accum, grad, indices, hyper):
+    with self.tf.device("/CPU:0"):
+      tv, g = self._var(var, dtype), self._var(grad, dtype)
+      ta = self.tf.Variable(accum)
+      bad = self._bad(lambda: self.ops.sparse_rowwise_adagrad(tv, ta, g.read_value(),
+                                                              self.tf.constant(indices), **hyper))
+      return self._get(tv, dtype), ta.numpy(), bad
 
   def set_scale_to_one(self, dtype):
     return 1.0
@@ -753,6 +782,44 @@ BENCH_SIZES = ([(rows, dim, n)
                                                       (10 * (1 << 20), 128, 1 << 20, "zipf")])
 QUICK_SIZES = [TARGET_SIZE, TARGET_SIZE + ("zipf",)]
 
+ROWWISE = dict(lr=0.05, epsilon=1e-3, weight_decay=0.1)
+
+
+def check_rowwise_adagrad(backend, report, rng):
+  """Row-wise Adagrad (op ResourceSparseApplyRowwiseAdagrad), every weight decay mode: the table
+  to the reference's rounding, the accumulator (float32, float64 for float64 tables) bit for bit
+  for float32 and float64 tables, as the CPU kernels (tests/ops/test_rowwise_adagrad_op.py)."""
+  for dtype in reference.DTYPES:
+    for mode in reference.WEIGHT_DECAY_MODES:
+      hyper = dict(ROWWISE, weight_decay_mode=mode)
+      for num_rows, dim, n, kind in CASES:
+        index_dtype = np.int32 if dim % 2 else np.int64
+        name = f"rowwise_adagrad {dtype} {mode} {num_rows}x{dim} n={n} {kind}"
+        var = reference.random_values(rng, (num_rows, dim), dtype)
+        accum = rng.uniform(0, 1, num_rows).astype(reference.compute_type(dtype))
+        grad = reference.random_values(rng, (n, dim), dtype)
+        idx = _indices(rng, n, num_rows, index_dtype, kind)
+        want = reference.sparse_rowwise_adagrad(var, accum, grad, idx, dtype, **hyper)
+        got = backend.rowwise_adagrad(dtype, var, accum, grad, idx, hyper)
+        report.check(got[2][0] == -1, name + " no index error", str(got[2]))
+        _compare(report, f"{name} var", got[0], want[0], dtype)
+        exact = dtype in ("float32", "float64")
+        report.check(
+            np.array_equal(got[1], want[1]) if exact else np.allclose(got[1], want[1], rtol=1e-3),
+            f"{name} accum", f"max abs err {np.max(np.abs(got[1] - want[1])):.3g}")
+        untouched = np.setdiff1d(np.arange(num_rows), idx)
+        report.check(
+            np.array_equal(got[0][untouched], var[untouched]) and
+            np.array_equal(got[1][untouched], accum[untouched]), f"{name} untouched rows unchanged")
+  var = reference.random_values(rng, (10, 3), "float32")
+  accum = np.ones(10, np.float32)
+  got = backend.rowwise_adagrad("float32", var, accum,
+                                reference.random_values(rng, (3, 3), "float32"),
+                                np.array([1, 10, 2], np.int64),
+                                dict(ROWWISE, weight_decay_mode="none"))
+  report.check(got[2] == (1, 10) and np.array_equal(got[0], var) and np.array_equal(got[1], accum),
+               "rowwise_adagrad bad index: reported, nothing written", str(got[2]))
+
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -786,7 +853,8 @@ def main(argv=None):
   report = Report()
   rng = np.random.default_rng(0)
   for title, fn in (("lazy Adam", check_lazy_adam), ("light state", check_light_state),
-                    ("bad indices", check_bad_indices), ("Clippy Adagrad", check_clippy)):
+                    ("bad indices", check_bad_indices), ("Clippy Adagrad", check_clippy),
+                    ("row-wise Adagrad", check_rowwise_adagrad)):
     print(f"- {title}", flush=True)
     try:
       fn(backend, report, rng)

@@ -176,6 +176,21 @@ class FakeLib:
     self._view(d_scale, 1, reference.compute_type(dt))[:] = new[2]
     return 0
 
+  def _tfo_sparse_rowwise_adagrad(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,
+                                  lr, eps, weight_decay, mode, scratch, sbytes, bad_pos, bad_idx):
+    dt = DTYPES[dtype]
+    idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
+    if not ok:
+      return 0
+    var = self._view(d_var, num_rows * dim, dt)
+    acc = self._view(d_acc, num_rows, reference.compute_type(dt))
+    new = reference.sparse_rowwise_adagrad(var.reshape(num_rows, dim), acc,
+                                           self._view(d_grad, n * dim, dt).reshape(n, dim), idx, dt,
+                                           lr=lr, epsilon=eps, weight_decay=weight_decay,
+                                           weight_decay_mode=reference.WEIGHT_DECAY_MODES[mode])
+    var[:], acc[:] = new[0].ravel(), new[1]
+    return 0
+
   def _tfo_set_scale_to_one(self, dtype, d_scale):
     self._view(d_scale, 1, reference.compute_type(DTYPES[dtype]))[:] = 1
     return 0
