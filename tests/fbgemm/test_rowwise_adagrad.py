@@ -26,6 +26,8 @@ FBGEMM's full Adagrad trains on the same gradients, and its accumulator's row me
 row-wise accumulator.
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -212,3 +214,71 @@ def test_row_mean_of_full_adagrad_accumulator_is_rowwise_accumulator(reference,
   print(f"\nfull Adagrad's row means vs our row-wise accumulator, from {initial_accumulator}: "
         f"max relative difference {difference:.3g}")
   assert difference <= RTOL["float32"]
+
+
+# ------------------------------------------------------------ FBGEMM's runs, recorded for our op
+# Our op cannot run here (no TensorFlow in this venv), so FBGEMM's runs are recorded in
+# tests/ops/data/fbgemm_rowwise_adagrad.npz, where tests/ops/test_rowwise_adagrad_fbgemm.py
+# holds the op to them with this suite's tolerances; the test below keeps the recording equal to
+# what FBGEMM computes now. To write it again:
+#   "$(tools/fbgemm_venv.sh)" tests/fbgemm/test_rowwise_adagrad.py \
+#       tests/ops/data/fbgemm_rowwise_adagrad.npz
+RECORDING = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ops", "data",
+                         "fbgemm_rowwise_adagrad.npz")
+# (name, dtype, weight decay mode, weight decay, table shared by two features, first accumulator)
+RECORDED_RUNS = [
+    ("float32-none-generic", "float32", "none", WEIGHT_DECAY, True, INITIAL_ACCUMULATOR),
+    ("float32-l2-generic", "float32", "l2", WEIGHT_DECAY, True, INITIAL_ACCUMULATOR),
+    ("float32-decoupled-generic", "float32", "decoupled", WEIGHT_DECAY, True, INITIAL_ACCUMULATOR),
+    ("float32-none-jit", "float32", "none", 0.0, False, 0.0),
+    ("float16-l2-generic", "float16", "l2", WEIGHT_DECAY, False, INITIAL_ACCUMULATOR),
+    ("float16-decoupled-generic", "float16", "decoupled", WEIGHT_DECAY, False, INITIAL_ACCUMULATOR),
+]
+RECORDED_DIM = 24
+
+
+def record_runs():
+  """{name/key: array}: each recorded run's first table and accumulator, its batches, and
+  FBGEMM's touched rows and accumulator after every step (the other rows never change)."""
+  arrays = {"hyper/lr_epsilon": np.array([LR, EPSILON], np.float64)}
+  for k, (name, dtype, mode, weight_decay, shared, first) in enumerate(RECORDED_RUNS):
+    rng = np.random.default_rng(200 + k)
+    table = rng.uniform(-1.0, 1.0, (ROWS, RECORDED_DIM)).astype(dtype)
+    accum = np.full(ROWS, first, np.float32)
+    fbgemm = FbgemmTable(table, accum, weight_decay_mode=mode, weight_decay=weight_decay,
+                         dtype=dtype, shared=shared)
+    steps = batches(RECORDED_DIM, seed=20 + k)
+    if dtype == "float16":
+      # Our op takes the gradient in the table's dtype (TensorFlow's gradient of a float16
+      # lookup is float16), FBGEMM in float32: the recorded gradients are float16 values.
+      steps = [(indices, grad.astype(np.float16).astype(np.float32)) for indices, grad in steps]
+    tables, accums = [], []
+    for indices, grad in steps:
+      fbgemm.step(indices, grad)
+      tables.append(fbgemm.table()[:TOUCHED])
+      accums.append(fbgemm.accumulator())
+    assert np.array_equal(fbgemm.table()[TOUCHED:], table[TOUCHED:])
+    arrays.update({
+        f"{name}/table": table, f"{name}/accumulator": accum,
+        f"{name}/weight_decay": np.array(weight_decay, np.float64),
+        f"{name}/indices": np.stack([i for i, _ in steps]),
+        f"{name}/grads": np.stack([g for _, g in steps]),
+        f"{name}/touched_rows_after": np.stack(tables),
+        f"{name}/accumulator_after": np.stack(accums)
+    })
+  return arrays
+
+
+def test_recording_is_what_fbgemm_computes():
+  with np.load(RECORDING) as recorded:
+    assert sorted(recorded.files) == sorted(record_runs())
+    for key, value in record_runs().items():
+      assert recorded[key].dtype == value.dtype, key
+      np.testing.assert_array_equal(recorded[key], value, err_msg=key)
+
+
+if __name__ == "__main__":
+  import sys
+  os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+  np.savez_compressed(sys.argv[1], **record_runs())
+  print(f"wrote {sys.argv[1]}")
