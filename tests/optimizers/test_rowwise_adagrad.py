@@ -189,3 +189,18 @@ def test_model_file_round_trip(flavor, tmp_path):
   for fmt in flavor.model_file_formats:
     check_model_file_round_trip(flavor.keras, flavor.module.RowwiseAdagrad(**options),
                                 str(tmp_path / f"m.{fmt}"))
+
+
+def test_full_accumulator_checkpoint_fails_naming_the_layout(flavor, tmp_path):
+  # A ClippyAdagrad checkpoint holds a per-element `accumulator` where RowwiseAdagrad keeps one
+  # per row: the restore says so rather than training from a mismatched state.
+  sparse = tf.IndexedSlices(tf.ones((2, COLS)), tf.constant([1, 2]), tf.constant([ROWS, COLS]))
+  var = tf.Variable(np.ones((ROWS, COLS), np.float32))
+  clippy = flavor.module.ClippyAdagrad(learning_rate=0.1)
+  clippy.apply_gradients([(sparse, var)])
+  path = tf.train.Checkpoint(var=var, optimizer=clippy).write(str(tmp_path / "ckpt"))
+  restored_var = tf.Variable(np.ones((ROWS, COLS), np.float32))
+  rowwise = flavor.module.RowwiseAdagrad()
+  with pytest.raises(ValueError, match=rf"saved as float32\[{ROWS}, {COLS}\].*float32\[{ROWS}\]"):
+    tf.train.Checkpoint(var=restored_var, optimizer=rowwise).read(path)
+    rowwise.apply_gradients([(sparse, restored_var)])
