@@ -204,3 +204,20 @@ def test_full_accumulator_checkpoint_fails_naming_the_layout(flavor, tmp_path):
   with pytest.raises(ValueError, match=rf"saved as float32\[{ROWS}, {COLS}\].*float32\[{ROWS}\]"):
     tf.train.Checkpoint(var=restored_var, optimizer=rowwise).read(path)
     rowwise.apply_gradients([(sparse, restored_var)])
+
+
+def test_inside_xla_the_step_says_to_compile_without_it(flavor):
+  # No XLA kernel for the op yet: a clear error, not XLA's missing-kernel message; tf_keras'
+  # optimizer leaves jit_compile off for it.
+  var = tf.Variable(np.ones((ROWS, COLS), np.float32))
+  opt = flavor.module.RowwiseAdagrad()
+  if flavor.jit_compile_attribute:
+    assert opt.jit_compile is False
+
+  @tf.function(jit_compile=True)
+  def step():
+    opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, COLS)), tf.constant([1, 2]),
+                                           tf.constant([ROWS, COLS])), var)])
+
+  with pytest.raises(NotImplementedError, match="without XLA"):
+    step()
