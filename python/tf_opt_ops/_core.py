@@ -48,6 +48,14 @@ def _log_fallback_once(what, reason):
       "them, or compile the training step without jit_compile to use the fused ops.", what, reason)
 
 
+def _log_once(key, message):
+  with _log_lock:
+    if key in _logged:
+      return
+    _logged.add(key)
+  tf.get_logger().warning(message)
+
+
 def xla_fallback(what, var):
   """True (with the fallback logged once) when `what` on `var` must run in standard ops.
 
@@ -878,12 +886,19 @@ def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay
   if hasattr(accum, "shape") and hasattr(var, "shape"):  # not bare handles
     check_slot_layout(var, {"accumulator": accum}, rowwise_accumulator_dtype(var),
                       {"accumulator": rowwise_accumulator_shape(var)})
-  if _tf_private.in_xla_context():
-    raise NotImplementedError(
-        "RowwiseAdagrad has no XLA kernel yet: compile the training step without XLA "
-        "(jit_compile=False in model.compile, or tf.function without jit_compile).")
   if indices is None:
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
+  if _tf_private.in_xla_context():
+    # The op has no XLA kernel yet: the same rule in standard ops, which XLA compiles.
+    _log_once(
+        "RowwiseAdagrad in XLA",
+        "tf_opt_ops: RowwiseAdagrad runs inside an XLA-compiled function, where its op has no "
+        "XLA kernel yet: the same rule runs in standard TensorFlow ops, slower, its row means "
+        "summed in another order (equal to float rounding). Compile the training step without "
+        "jit_compile to run the fused op.")
+    return _standard_ops.sparse_rowwise_adagrad(
+        var, accum, grad, indices, lr=scalar(lr, scalar_dtype(dtype)), epsilon=epsilon,
+        weight_decay=weight_decay, weight_decay_mode=ops.weight_decay_mode_name(weight_decay_mode))
   return ops.sparse_rowwise_adagrad(var, accum, grad, indices, lr=lr, epsilon=epsilon,
                                     weight_decay=weight_decay, weight_decay_mode=weight_decay_mode,
                                     use_locking=use_locking)
@@ -961,6 +976,7 @@ ROWWISE_ADAGRAD_DOC = """Row-wise Adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, Torch
   `weight_decay_mode` are FBGEMM's: "none", "l2" (the decay added to the
   gradient, through the mean and the adaptive step) or "decoupled"
   (`w *= 1 - lr * weight_decay` before the step), or FBGEMM's numbers 0, 1,
-  2; the decay applies to the rows a step touches only. No XLA kernel yet:
-  train without jit_compile.
+  2; the decay applies to the rows a step touches only. The op has no XLA
+  kernel yet: inside XLA the same rule runs in standard TensorFlow ops
+  (slower), and tf_keras' `jit_compile` defaults to False.
   """

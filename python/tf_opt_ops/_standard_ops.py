@@ -214,3 +214,35 @@ def clippy_adagrad(var, accum, grad, indices=None, *, lr, epsilon, variable_rela
       [_write(accum, stored, rows, a),
        _write(var, stored, rows, w - delta * scale)]):
     return tf.identity(scale)
+
+
+# ----------------------------------------------------------------------------- Row-wise Adagrad
+
+
+def sparse_rowwise_adagrad(var, accum, grad, indices, *, lr, epsilon, weight_decay,
+                           weight_decay_mode):
+  """Row-wise Adagrad on the rows of `var` named by `indices` (duplicates summed), `accum`
+  holding one compute-type value per row (the rule: op ResourceSparseApplyRowwiseAdagrad's doc,
+  `tf_opt_ops/ops/rowwise_adagrad_ops.cc`). The row mean is tf.reduce_mean's, whose order of
+  additions is not the kernels' 32 lanes: results agree with theirs to float rounding, not bit
+  for bit. Returns the update op."""
+  stored, g, rows = _gradient(var, grad, indices)
+  s = scalar_dtype(stored)
+  lr, epsilon, weight_decay = (tf.cast(tf.convert_to_tensor(x), s) if isinstance(
+      x, (tf.Tensor, tf.Variable)) else tf.constant(x, s) for x in (lr, epsilon, weight_decay))
+  w = _read(var, stored, rows, s)
+  a = _read(accum, s, rows, s)
+  h = g + weight_decay * w if weight_decay_mode == "l2" else g
+  flat = tf.reshape(h, [tf.shape(h)[0], -1])
+  a = a + tf.reduce_mean(flat * flat, axis=1)
+  multiplier = lr / (tf.sqrt(a) + epsilon)
+  multiplier = tf.reshape(multiplier,
+                          tf.concat([tf.shape(a), tf.ones([tf.rank(w) - 1], tf.int32)], 0))
+  if weight_decay_mode == "l2":
+    correction = 1 - multiplier * weight_decay
+  elif weight_decay_mode == "decoupled":
+    correction = 1 - lr * weight_decay
+  else:
+    correction = tf.ones([], s)
+  new = correction * w - g * multiplier
+  return tf.group(_write(accum, s, rows, a), _write(var, stored, rows, new))

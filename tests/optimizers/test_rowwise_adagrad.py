@@ -8,6 +8,7 @@ from test_optimizers import FLAVORS
 
 from tf_opt_ops import reference
 
+import common
 from optimizer_checks import BATCH
 from optimizer_checks import COLS
 from optimizer_checks import NP_DTYPES
@@ -27,7 +28,8 @@ def flavor(request):
 OPTIONS = dict(learning_rate=0.05, initial_accumulator_value=0.1, epsilon=1e-3, weight_decay=0.1)
 # The op's results are the reference's bit for bit (tests/ops); here the flavors' inputs are
 # checked, to the last bits of a learning rate that went through float64 (and, for float64
-# tables, through Keras 3's float32 learning rate variable).
+# tables, through Keras 3's float32 learning rate variable), and inside XLA, the standard ops'
+# row means.
 TOL = {
     "float32": dict(rtol=1e-6, atol=1e-7), "float64": dict(rtol=1e-7, atol=1e-9),
     "float16": dict(rtol=1e-3, atol=1e-3), "bfloat16": dict(rtol=1e-2, atol=1e-2)
@@ -65,8 +67,8 @@ def train_and_compare(flavor, dtype, options, sparse, mode, steps=4):
   def apply(grad):
     opt.apply_gradients([(grad, var)])
 
-  if mode == "tf.function":
-    apply = tf.function(apply)
+  if mode != "eager":
+    apply = tf.function(apply, jit_compile=mode == "xla")
   for values, indices in sparse_batches(steps, ROWS, COLS, BATCH, seed=1):
     values = values.astype(NP_DTYPES[dtype]).astype(np.float64)
     before = var.numpy().copy()
@@ -206,18 +208,13 @@ def test_full_accumulator_checkpoint_fails_naming_the_layout(flavor, tmp_path):
     rowwise.apply_gradients([(sparse, restored_var)])
 
 
-def test_inside_xla_the_step_says_to_compile_without_it(flavor):
-  # No XLA kernel for the op yet: a clear error, not XLA's missing-kernel message; tf_keras'
-  # optimizer leaves jit_compile off for it.
-  var = tf.Variable(np.ones((ROWS, COLS), np.float32))
-  opt = flavor.module.RowwiseAdagrad()
+@pytest.mark.parametrize("weight_decay_mode", ["l2", "decoupled"])
+def test_inside_xla_the_same_rule_runs_in_standard_ops(flavor, weight_decay_mode):
+  # No XLA kernel for the op yet: standard ops inside XLA, to float rounding (the row mean sums
+  # in another order); tf_keras' optimizer leaves jit_compile off for it.
   if flavor.jit_compile_attribute:
-    assert opt.jit_compile is False
-
-  @tf.function(jit_compile=True)
-  def step():
-    opt.apply_gradients([(tf.IndexedSlices(tf.ones((2, COLS)), tf.constant([1, 2]),
-                                           tf.constant([ROWS, COLS])), var)])
-
-  with pytest.raises(NotImplementedError, match="without XLA"):
-    step()
+    assert flavor.module.RowwiseAdagrad().jit_compile is False
+  with common.tensorflow_log() as messages:
+    train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
+                      sparse=True, mode="xla")
+  assert any("RowwiseAdagrad runs inside an XLA-compiled function" in m for m in messages)
