@@ -1,10 +1,10 @@
 // The interface of op ResourceSparseApplyRowwiseAdagrad, stated once: its
 // input positions, its scalar hyperparameters and its weight decay modes, in
-// the order the shape function checks them, the OpKernel reads them, and the
-// XLA kernel passes them to its custom call (the `hyper` operand,
-// xla_targets.h: the hyperparameters, then the weight decay mode as a
-// number), which unpacks them with StepFromValues. TensorFlow-free, so the
-// XLA targets read it as the TensorFlow layers do.
+// the order the shape function checks them and the OpKernel reads them.
+// StepFromValues unpacks them from one array (the hyperparameters, then the
+// weight decay mode as a number), the form of the `hyper` operand of the
+// other ops' XLA custom calls (xla_targets.h), for the XLA kernel this op
+// does not have yet. TensorFlow-free, as the other interfaces.
 #ifndef TF_OPT_OPS_CORE_ROWWISE_ADAGRAD_INTERFACE_H_
 #define TF_OPT_OPS_CORE_ROWWISE_ADAGRAD_INTERFACE_H_
 
@@ -36,8 +36,8 @@ constexpr int kFirstHyperparameter = kLr;
 constexpr int kNumHyperparameters = kWeightDecay - kLr + 1;
 constexpr const char* kHyperparameterNames[kNumHyperparameters] = {"lr", "epsilon", "weight_decay"};
 
-// The values of the XLA `hyper` operand: the hyperparameters, then the
-// weight decay mode (RowwiseWeightDecay) as a number.
+// The values StepFromValues takes: the hyperparameters, then the weight
+// decay mode (RowwiseWeightDecay) as a number.
 constexpr int kNumHyperValues = kNumHyperparameters + 1;
 
 // The attr weight_decay_mode's values, in the order of RowwiseWeightDecay
@@ -66,7 +66,7 @@ RowwiseAdagradStep<C> MakeStep(const C* hyperparameters, RowwiseWeightDecay mode
   return RowwiseAdagradStep<C>{input(kLr), input(kEpsilon), input(kWeightDecay), mode};
 }
 
-// The step from the kNumHyperValues values of the XLA `hyper` operand.
+// The step from kNumHyperValues values (an XLA `hyper` operand's layout).
 template <typename C>
 RowwiseAdagradStep<C> StepFromValues(const C* values) {
   return MakeStep(values,
