@@ -226,16 +226,23 @@ def _apply_gradients_step(optimizer, table, case):
   return step
 
 
-def distinct_row_steps(case, seed, count=4):
-  """`count` steps of (indices, gradient rows) naming `case.batch` distinct rows each."""
-  import tensorflow as tf
+def distinct_row_arrays(case, seed, count=4):
+  """`count` steps of NumPy (int64 indices, float32 gradient rows) naming `case.batch` distinct
+  rows each; the FBGEMM worker (no TensorFlow) trains on the same ones."""
   rng = np.random.default_rng(seed)
   steps = []
   for _ in range(count):
     rows = rng.choice(case.rows, case.batch, replace=False)
-    steps.append((tf.constant(rows.astype(np.int64)),
-                  tf.constant(rng.standard_normal((case.batch, case.dim)).astype(np.float32))))
+    steps.append((rows.astype(np.int64), rng.standard_normal(
+        (case.batch, case.dim)).astype(np.float32)))
   return steps
+
+
+def distinct_row_steps(case, seed, count=4):
+  """`distinct_row_arrays` as TensorFlow constants."""
+  import tensorflow as tf
+  return [(tf.constant(indices), tf.constant(grad))
+          for indices, grad in distinct_row_arrays(case, seed, count)]
 
 
 # ------------------------------------------------ Keras 3 LazyAdam in XLA
@@ -369,6 +376,80 @@ def render_light(results, limit_gbs):
       ms = r[name]["median_ms"]
       lines.append(f"| {label} | {name} | {state_bytes(case, layout):.2f} | {fmt(r[name])} | "
                    f"{share(light_bytes(case, layout), ms, limit_gbs):.0%} | {ms / base:.2f}× |")
+  return "\n".join(lines)
+
+
+# ------------------------------------------------ row-wise Adagrad (`--rowwise`)
+FBGEMM_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venvs",
+                             "fbgemm", "bin", "python")
+
+
+def rowwise_cases(quick):
+  return light_cases(quick)
+
+
+def rowwise_bytes(case):
+  """Bytes a step moves: each row and its float32 accumulator read and written, the gradient
+  row read, the index."""
+  return case.batch * (3 * 4 * case.dim + 2 * 4) + 8 * case.batch
+
+
+def bench_rowwise(case, rounds, seed=0):
+  """The raw row-wise Adagrad op on a float32 table and accumulator."""
+  import tensorflow as tf
+
+  from tf_opt_ops import ops
+
+  table = tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed))
+  accum = tf.Variable(tf.zeros((case.rows,)))
+
+  @tf.function
+  def fused(indices, grad):
+    ops.sparse_rowwise_adagrad(table, accum, grad, indices, lr=0.01, epsilon=1e-8)
+
+  times = time_interleaved({"fused": fused}, distinct_row_steps(case, seed), rounds)
+  return {name: summary(samples) for name, samples in times.items()}
+
+
+def bench_fbgemm_rowwise(cases, rounds):
+  """FBGEMM's CPU step on the same cases (`benchmarks.fbgemm_rowwise`, in the FBGEMM venv):
+  {"cases": {label: ...}}, or {"error": why} when that venv is absent or the worker fails."""
+  if not os.path.exists(FBGEMM_PYTHON):
+    return {"error": f"no FBGEMM venv ({FBGEMM_PYTHON}); make it with tools/fbgemm_venv.sh"}
+  try:
+    return run_json_worker("benchmarks.fbgemm_rowwise",
+                           [json.dumps([dataclasses.asdict(c) for c in cases]),
+                            str(rounds)], dict(os.environ), "FBGEMM_JSON ",
+                           "the FBGEMM benchmark subprocess", python=FBGEMM_PYTHON)
+  except RuntimeError as e:
+    return {"error": str(e)}
+
+
+def render_rowwise(results, fbgemm, limit_gbs):
+  lines = [
+      "### Row-wise Adagrad (float32 table), ms per step, median (min–max), and share of the "
+      "bandwidth limit", ""
+  ]
+  if fbgemm.get("error"):
+    lines += [f"FBGEMM not timed: {fbgemm['error']}", ""]
+  else:
+    lines += [
+        f"FBGEMM: CPU table-batched embedding, EXACT_ROWWISE_ADAGRAD, one index per bag, sum "
+        f"pooling (torch {fbgemm['torch']}, {fbgemm['threads']} threads); its optimizer runs "
+        f"fused in the backward, after a forward: backward = (forward + backward) − forward, "
+        f"timed in the same rounds.", ""
+    ]
+  lines += [
+      "| case | ours (raw op) | ours % of BW | FBGEMM forward + backward | FBGEMM forward "
+      "| FBGEMM backward | FBGEMM backward / ours |", "|---|---|---|---|---|---|---|"
+  ]
+  for label, (case, r) in results.items():
+    ours = r["fused"]["median_ms"]
+    theirs = fbgemm.get("cases", {}).get(label)
+    cells = ([fmt(theirs[k]) for k in ("forward_backward", "forward", "backward")] +
+             [f"{theirs['backward']['median_ms'] / ours:.1f}×"] if theirs else ["—"] * 4)
+    lines.append(f"| {label} | {fmt(r['fused'])} | "
+                 f"{share(rowwise_bytes(case), ours, limit_gbs):.0%} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
@@ -578,7 +659,7 @@ def clippy_worker(names, rounds):
   print("CLIPPY_JSON " + json.dumps(out))
 
 
-def run_json_worker(module, args, env, marker, what):
+def run_json_worker(module, args, env, marker, what, python=sys.executable):
   """Runs `python -m module *args` with `env`; the JSON its stdout prints after `marker`.
 
   The folders that hold this package and the tf_opt_ops this process runs go first on the
@@ -591,8 +672,8 @@ def run_json_worker(module, args, env, marker, what):
       os.path.dirname(os.path.dirname(os.path.abspath(f))) for f in (__file__, tf_opt_ops.__file__)
   ]
   env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (*roots, env.get("PYTHONPATH")) if p))
-  proc = subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True,
-                        text=True, check=False)
+  proc = subprocess.run([python, "-m", module, *args], env=env, capture_output=True, text=True,
+                        check=False)
   for line in proc.stdout.splitlines():
     if line.startswith(marker):
       return json.loads(line[len(marker):])
@@ -768,6 +849,7 @@ ONLY_MODES = {
     "light": "sparse lazy Adam by slot layout (out/light.md)",
     "features": "LazyAdam with each Keras optimizer feature, against the bare step and stock Adam "
                 "(out/features.md)",
+    "rowwise": "row-wise Adagrad, our op against FBGEMM's CPU step (out/rowwise.md)",
 }
 
 
@@ -818,6 +900,31 @@ def main(argv=None):
       f.write(table + "\n")
     print()
     print(table)
+    return
+  if args.rowwise:
+    print("bandwidth limit ...", flush=True)
+    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    report = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
+        "bandwidth_limit_gbs": limit
+    }
+    rowwise = {}
+    for case in rowwise_cases(args.quick):
+      print(f"row-wise Adagrad, {case.label} ...", flush=True)
+      rowwise[case.label] = bench_rowwise(case, rounds)
+      gc.collect()
+    print("FBGEMM's row-wise Adagrad (FBGEMM venv subprocess) ...", flush=True)
+    report["fbgemm"] = bench_fbgemm_rowwise(rowwise_cases(args.quick), rounds)
+    report["rowwise"] = rowwise
+    report["seconds"] = time.time() - started
+    cases = {case.label: case for case in rowwise_cases(args.quick)}
+    write_results(
+        report, os.path.join(args.out, "rowwise"), lambda r:
+        (f"{r['machine']}, TensorFlow {r['tf_version']}; bandwidth limit "
+         f"{r['bandwidth_limit_gbs']:.1f} GB/s; load average {r['load_average']:.1f} at the "
+         f"start.\n\n" + render_rowwise({k: (cases[k], v) for k, v in r["rowwise"].items()}, r[
+             "fbgemm"], r["bandwidth_limit_gbs"])))
     return
   if args.features:
     print("bandwidth limit ...", flush=True)
