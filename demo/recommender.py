@@ -2,9 +2,11 @@
 
     python -m demo.recommender [--data ratings.csv] [--flavor keras|tf_keras|legacy]
         [--out demo_out] [--strategy one-device|parameter-server|multi-worker]
+        [--optimizer lazy_adam|rowwise_adagrad]
 
 Two runs on the same data, seeds and epochs: (1) `MultiOptimizer` with
-`LazyAdam` on the embedding tables and `ClippyAdagrad` on the MLP tower,
+`LazyAdam` (or, with --optimizer rowwise_adagrad, `RowwiseAdagrad`) on the
+embedding tables and `ClippyAdagrad` on the MLP tower,
 (2) Keras `Adam` on everything. Prints a table (each run's best and final
 held-out AUC and log loss, with the training seconds at which each best was
 reached; step time, examples per second, speedup), and writes it as JSON with
@@ -166,15 +168,32 @@ def build_model(keras, data, embedding_dim, seed):
   return model
 
 
-def tf_opt_ops_optimizer(flavor, model, learning_rate, **lazy_adam_options):
-  """MultiOptimizer: LazyAdam on the embedding tables, ClippyAdagrad on the rest."""
+# --optimizer: the embedding tables' optimizer, as (class name, multiple of --learning-rate).
+# The Adagrad kinds take 10 times Adam's rate, as ClippyAdagrad on the tower does: their step
+# shrinks with the accumulated squares, Adam's does not.
+EMBEDDING_OPTIMIZERS = {
+    "lazy_adam": ("LazyAdam", 1),
+    "rowwise_adagrad": ("RowwiseAdagrad", 10),
+}
+
+
+def tf_opt_ops_optimizer(flavor, model, learning_rate, embedding_optimizer="lazy_adam",
+                         **lazy_adam_options):
+  """MultiOptimizer: `embedding_optimizer` (EMBEDDING_OPTIMIZERS) on the embedding tables,
+  ClippyAdagrad on the rest. `lazy_adam_options` go to LazyAdam."""
   import importlib
   api = importlib.import_module(f"tf_opt_ops.{flavor}")
   embeddings = [model.get_layer("user_embedding"), model.get_layer("item_embedding")]
-  return api.MultiOptimizer([
-      api.OptimizerBlocks(api.LazyAdam(learning_rate=learning_rate, **lazy_adam_options),
-                          embeddings)
-  ], default_optimizer=api.ClippyAdagrad(learning_rate=10 * learning_rate))
+  class_name, rate = EMBEDDING_OPTIMIZERS[embedding_optimizer]
+  table_optimizer = getattr(api, class_name)(learning_rate=rate * learning_rate,
+                                             **lazy_adam_options)
+  return api.MultiOptimizer([api.OptimizerBlocks(table_optimizer, embeddings)],
+                            default_optimizer=api.ClippyAdagrad(learning_rate=10 * learning_rate))
+
+
+def run_name(embedding_optimizer):
+  return (f"tf_opt_ops MultiOptimizer ({EMBEDDING_OPTIMIZERS[embedding_optimizer][0]} "
+          "+ ClippyAdagrad)")
 
 
 # The light-state quality study (--light-state): LazyAdam's slot options per run.
@@ -412,6 +431,10 @@ def parse_args(argv):
   parser.add_argument("--eval-examples", type=int, default=20_000,
                       help="held-out examples evaluated at each point")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument(
+      "--optimizer", choices=tuple(EMBEDDING_OPTIMIZERS), default="lazy_adam",
+      help="the embedding tables' optimizer: LazyAdam, or RowwiseAdagrad (FBGEMM's "
+      "EXACT_ROWWISE_ADAGRAD, one float of state per row) at 10 times --learning-rate")
   parser.add_argument("--out", default="demo_out")
   parser.add_argument(
       "--light-state", action="store_true",
@@ -503,9 +526,9 @@ def main(argv=None):
       print(f"data: {data.source}; click rate {data.labels.mean():.3f}; strategy {args.strategy}",
             flush=True)
     runs = [
-        train_run("tf_opt_ops MultiOptimizer (LazyAdam + ClippyAdagrad)", args.flavor, data, args,
-                  lambda keras, model: tf_opt_ops_optimizer(args.flavor, model, lr), strategy,
-                  verbose=report),
+        train_run(run_name(args.optimizer), args.flavor, data, args,
+                  lambda keras, model: tf_opt_ops_optimizer(args.flavor, model, lr, args.optimizer),
+                  strategy, verbose=report),
         train_run("Keras Adam", args.flavor, data, args,
                   lambda keras, model: adam_optimizer(args.flavor, keras, lr), strategy,
                   verbose=report),
@@ -522,7 +545,8 @@ def write_report(args, data, runs):
   table = render_table(runs)
   result = {
       "data": data.source, "flavor": args.flavor, "strategy": args.strategy, "epochs": args.epochs,
-      "batch_size": args.batch_size, "embedding_dim": args.embedding_dim, "runs": runs
+      "batch_size": args.batch_size, "embedding_dim": args.embedding_dim,
+      "optimizer": args.optimizer, "runs": runs
   }
   with open(os.path.join(args.out, "results.json"), "w") as f:
     json.dump(result, f, indent=1)

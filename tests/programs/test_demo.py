@@ -84,11 +84,13 @@ def check_curve(run, evaluations):
 
 
 @pytest.mark.slow
-def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
+@pytest.mark.parametrize("optimizer,table_optimizer", [("lazy_adam", "LazyAdam"),
+                                                       ("rowwise_adagrad", "RowwiseAdagrad")])
+def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys, optimizer, table_optimizer):
   out = tmp_path / "out"
   code = recommender.main([
       "--users", "2000", "--items", "500", "--examples", "60000", "--epochs", "2", "--batch-size",
-      "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--out",
+      "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--optimizer", optimizer, "--out",
       str(out)
   ])
   assert code == 0
@@ -99,7 +101,9 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   with open(out / "results.json") as f:
     result = json.load(f)
   router, adam = result["runs"]
-  assert router["name"].startswith("tf_opt_ops MultiOptimizer") and adam["name"] == "Keras Adam"
+  assert result["optimizer"] == optimizer
+  assert router["name"] == f"tf_opt_ops MultiOptimizer ({table_optimizer} + ClippyAdagrad)"
+  assert adam["name"] == "Keras Adam"
   for run in (router, adam):
     assert set(run) == {
         "name", "auc", "log_loss", "best_auc", "best_auc_seconds", "best_log_loss",
