@@ -395,19 +395,29 @@ def rowwise_bytes(case):
 
 
 def bench_rowwise(case, rounds, seed=0):
-  """The raw row-wise Adagrad op on a float32 table and accumulator."""
+  """The raw row-wise Adagrad op on a float32 table and accumulator, and the lazy Adam op on
+  its own table in the same rounds (a yardstick that a loaded machine slows alike)."""
   import tensorflow as tf
 
   from tf_opt_ops import ops
 
   table = tf.Variable(tf.random.normal((case.rows, case.dim), seed=seed))
   accum = tf.Variable(tf.zeros((case.rows,)))
+  adam_table, m, v = (tf.Variable(tf.random.normal(
+      (case.rows, case.dim), seed=seed)), tf.Variable(tf.zeros(
+          (case.rows, case.dim))), tf.Variable(tf.zeros((case.rows, case.dim))))
 
   @tf.function
   def fused(indices, grad):
     ops.sparse_rowwise_adagrad(table, accum, grad, indices, lr=0.01, epsilon=1e-8)
 
-  times = time_interleaved({"fused": fused}, distinct_row_steps(case, seed), rounds)
+  @tf.function
+  def lazy_adam(indices, grad):
+    ops.sparse_lazy_adam(adam_table, m, v, grad, indices, beta_1_power=0.9**10,
+                         beta_2_power=0.999**10)
+
+  times = time_interleaved({"fused": fused, "lazy_adam": lazy_adam}, distinct_row_steps(case, seed),
+                           rounds)
   return {name: summary(samples) for name, samples in times.items()}
 
 
@@ -440,16 +450,20 @@ def render_rowwise(results, fbgemm, limit_gbs):
         f"timed in the same rounds.", ""
     ]
   lines += [
-      "| case | ours (raw op) | ours % of BW | FBGEMM forward + backward | FBGEMM forward "
-      "| FBGEMM backward | FBGEMM backward / ours |", "|---|---|---|---|---|---|---|"
+      "| case | ours (raw op) | ours % of BW | lazy Adam op | lazy Adam % of BW "
+      "| FBGEMM forward + backward | FBGEMM forward | FBGEMM backward | FBGEMM backward / ours |",
+      "|---|---|---|---|---|---|---|---|---|"
   ]
   for label, (case, r) in results.items():
     ours = r["fused"]["median_ms"]
     theirs = fbgemm.get("cases", {}).get(label)
     cells = ([fmt(theirs[k]) for k in ("forward_backward", "forward", "backward")] +
              [f"{theirs['backward']['median_ms'] / ours:.1f}×"] if theirs else ["—"] * 4)
+    adam_bytes = light_bytes(case, LIGHT_LAYOUTS["float32 m, v"])
     lines.append(f"| {label} | {fmt(r['fused'])} | "
-                 f"{share(rowwise_bytes(case), ours, limit_gbs):.0%} | " + " | ".join(cells) + " |")
+                 f"{share(rowwise_bytes(case), ours, limit_gbs):.0%} | {fmt(r['lazy_adam'])} | "
+                 f"{share(adam_bytes, r['lazy_adam']['median_ms'], limit_gbs):.0%} | " +
+                 " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
