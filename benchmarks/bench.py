@@ -4,6 +4,7 @@
     python -m benchmarks.bench --xla     # only Keras 3 LazyAdam with and without XLA
     python -m benchmarks.bench --light   # only sparse lazy Adam by slot layout
     python -m benchmarks.bench --features  # LazyAdam with each Keras optimizer feature
+    python -m benchmarks.bench --rowwise   # row-wise Adagrad against FBGEMM's CPU step
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
