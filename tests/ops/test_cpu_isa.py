@@ -1,8 +1,9 @@
 """The CPU kernels' instruction-set levels: the level in use, and the same bits on every level.
 
 Each level this machine runs (avx, and avx2 / avx512 where the CPU has them) computes every op x
-dtype x light-state layout, random cases with special values, and every float16 conversion in a
-fresh process forced to it with TF_OPT_OPS_CPU_ISA; the outputs must be identical bit for bit
+dtype x light-state layout, a few of them inside XLA (whose custom calls run the same dispatched
+loops), random cases with special values, and every float16 conversion in a fresh process forced
+to it with TF_OPT_OPS_CPU_ISA; the outputs must be identical bit for bit
 across levels, equal `reference.py`'s, and convert float16 as Eigen's software conversion does.
 Why: see docs/design.md, "Instruction sets".
 """
@@ -22,6 +23,8 @@ INDICES = [[3, 0, 3, 7, 3, 49, 12, 12], [11, 5, 0, 30, 31, 32]]
 ADAM = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
 CLIPPY = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-4)
+# (slot dtype, stochastic rounding) of the float32-table cases also run inside XLA.
+XLA_LAYOUTS = (("float32", False), ("bfloat16", True), ("float16", False))
 PYTHON_DIR = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "python")
 
 
@@ -138,12 +141,18 @@ def worker(out_path):
 
   out = {}
 
-  def lazy_adam(name, state, dtypes, grad_list, indices_list, **light):
+  def lazy_adam(name, state, dtypes, grad_list, indices_list, jit_compile=False, **light):
     var, m, v = (tf.Variable(tensor(x, d)) for x, d in zip(state, dtypes))
+
+    def apply(g, i, t):
+      ops.sparse_lazy_adam(var, m, v, g, i, beta_1_power=0.9**t, beta_2_power=0.999**t, step=t,
+                           **{**ADAM, **light})
+
+    if jit_compile:  # the XLA kernel's custom call, which runs the same dispatched loops
+      apply = tf.function(apply, jit_compile=True)
     for t, (g, i) in enumerate(zip(grad_list, indices_list), start=1):
       index_dtype = tf.int32 if t % 2 else tf.int64
-      ops.sparse_lazy_adam(var, m, v, tensor(g, dtypes[0]), tf.constant(i, index_dtype),
-                           beta_1_power=0.9**t, beta_2_power=0.999**t, step=t, **{**ADAM, **light})
+      apply(tensor(g, dtypes[0]), tf.constant(i, index_dtype), t)
     for part, x, d in zip(("var", "m", "v"), (var, m, v), dtypes):
       out[f"{name}/{part}"] = stored(x, d)
 
@@ -165,6 +174,12 @@ def worker(out_path):
     lazy_adam(name, adam_state(rng, reference, t, s, rowwise), (t, s, s), grads(rng, reference, t),
               INDICES, slot_dtype=s, rowwise_second_moment=rowwise, stochastic_rounding=stochastic,
               seed=1234)
+  for s, stochastic in XLA_LAYOUTS:
+    rng = np.random.default_rng(1)
+    lazy_adam(f"xla_adam_float32_{s}_sr{int(stochastic)}",
+              adam_state(rng, reference, "float32", s, False), ("float32", s, s),
+              grads(rng, reference, "float32"), INDICES, jit_compile=True, slot_dtype=s,
+              stochastic_rounding=stochastic, seed=1234)
   for name, sparse, t, a, stochastic, standard, clip in clippy_cases():
     rng = np.random.default_rng(2)
     state = clippy_state(rng, reference, t, a)
@@ -293,6 +308,9 @@ def test_every_level_matches_the_reference(outputs):
                                              rowwise_second_moment=rowwise,
                                              stochastic_rounding=stochastic, seed=1234, step=step)
     expected.update({f"{name}/var": var, f"{name}/m": m, f"{name}/v": v})
+    if t == "float32" and not rowwise and (s, stochastic) in XLA_LAYOUTS:
+      xla = f"xla_adam_float32_{s}_sr{int(stochastic)}"
+      expected.update({f"{xla}/var": var, f"{xla}/m": m, f"{xla}/v": v})
   for name, sparse, t, a, stochastic, standard, clip in clippy_cases():
     rng = np.random.default_rng(2)
     var, accum = clippy_state(rng, reference, t, a)
