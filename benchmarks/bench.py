@@ -69,6 +69,18 @@ def fmt(s):
 
 
 # ------------------------------------------------------------- bandwidth
+def machine():
+  """The CPU model, its cores and the instruction-set level the CPU kernels run."""
+  import tf_opt_ops
+  model = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  return f"{model}, {os.cpu_count()} cores, CPU kernels {tf_opt_ops.cpu_isa()}"
+
+
 def bandwidth_limit(megabytes, rounds):
   """In-place a += b on arrays far larger than cache, 1 and 2 threads: GB/s.
 
@@ -311,12 +323,14 @@ LIGHT_LAYOUTS = {
     "float32 m, v": {},
     "bfloat16 m, v (stochastic rounding)": dict(slot_dtype="bfloat16", stochastic_rounding=True),
     "bfloat16 m, v (round to nearest)": dict(slot_dtype="bfloat16"),
+    "float16 m, v (stochastic rounding)": dict(slot_dtype="float16", stochastic_rounding=True),
+    "float16 m, v (round to nearest)": dict(slot_dtype="float16"),
     "float32 m, row-wise v": dict(rowwise_second_moment=True),
     "bfloat16 m, row-wise v (stochastic rounding)": dict(slot_dtype="bfloat16",
                                                          rowwise_second_moment=True,
                                                          stochastic_rounding=True),
 }
-SLOT_BYTES = {"bfloat16": 2, "float32": 4}
+SLOT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def state_bytes(case, layout):
@@ -336,8 +350,9 @@ def light_bytes(case, layout):
   return case.batch * case.dim * (3 * 4 + 2 * state_bytes(case, layout)) + 8 * case.batch
 
 
-def bench_light_state(case, rounds, seed=0):
-  """The raw op on one table per slot layout (`LIGHT_LAYOUTS`), in interleaved rounds."""
+def bench_light_state(case, rounds, seed=0, layouts=tuple(LIGHT_LAYOUTS)):
+  """The raw op on one table per slot layout (`layouts` of `LIGHT_LAYOUTS`), in interleaved
+  rounds."""
   import tensorflow as tf
 
   from tf_opt_ops import ops
@@ -359,8 +374,7 @@ def bench_light_state(case, rounds, seed=0):
 
     return step
 
-  times = time_interleaved({name: variant(layout) for name, layout in LIGHT_LAYOUTS.items()}, steps,
-                           rounds)
+  times = time_interleaved({name: variant(LIGHT_LAYOUTS[name]) for name in layouts}, steps, rounds)
   return {name: summary(samples) for name, samples in times.items()}
 
 
@@ -465,6 +479,81 @@ def render_rowwise(results, fbgemm, limit_gbs):
                  f"{share(rowwise_bytes(case), ours, limit_gbs):.0%} | {fmt(r['lazy_adam'])} | "
                  f"{share(adam_bytes, r['lazy_adam']['median_ms'], limit_gbs):.0%} | " +
                  " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+# ------------------------------------------ CPU instruction-set levels (`--isa`)
+ISA_CASES = [AdamCase(1_000_000, 64, 16_384), AdamCase(1_000_000, 128, 131_072)]
+# A subset of the slot layouts, so that one process's tables stay under 5 GB at 1M x 128.
+ISA_LAYOUTS = ("float32 m, v", "bfloat16 m, v (stochastic rounding)",
+               "float16 m, v (round to nearest)", "float16 m, v (stochastic rounding)")
+ISA_LEVELS = ("avx", "avx2", "avx512")
+
+
+def isa_levels_here():
+  """The levels this CPU runs: up to the one the library picks with no TF_OPT_OPS_CPU_ISA."""
+  import tf_opt_ops
+  return ISA_LEVELS[:ISA_LEVELS.index(tf_opt_ops.cpu_isa()) + 1]
+
+
+def bench_isa(levels, cases, rounds):
+  """{case label: (case, {level: {layout: summary of per-process medians}})}.
+
+  Each (case, level) runs in a fresh process with TF_OPT_OPS_CPU_ISA set (the level is chosen
+  at load), the levels alternating `rounds` times per case, so that a drift of the machine
+  reaches every level alike.
+  """
+  results = {}
+  for case in cases:
+    medians = {level: {name: [] for name in ISA_LAYOUTS} for level in levels}
+    for r in range(rounds):
+      for level in levels:
+        print(f"  {case.label}, {level}, round {r + 1} of {rounds} ...", flush=True)
+        env = dict(os.environ, TF_OPT_OPS_CPU_ISA=level, TF_CPP_MIN_LOG_LEVEL="3")
+        got = run_json_worker(
+            "benchmarks.bench",
+            ["--isa-worker", json.dumps(dataclasses.asdict(case)), "--rounds", "7"], env,
+            "ISA_JSON ", f"the {level} benchmark subprocess")
+        if got["isa"] != level:
+          raise RuntimeError(f"the subprocess forced to {level} ran {got['isa']}")
+        for name, ms in got["median_ms"].items():
+          medians[level][name].append(ms)
+    results[case.label] = (case, {
+        level: {name: summary(ms) for name, ms in by_layout.items()}
+        for level, by_layout in medians.items()
+    })
+  return results
+
+
+def isa_worker(case, rounds):
+  import tf_opt_ops
+  times = bench_light_state(case, rounds, layouts=ISA_LAYOUTS)
+  out = {"isa": tf_opt_ops.cpu_isa(), "median_ms": {k: v["median_ms"] for k, v in times.items()}}
+  print("ISA_JSON " + json.dumps(out))
+
+
+def render_isa(results, limit_gbs):
+  levels = list(next(iter(results.values()))[1])
+  first = levels[0]
+  lines = [
+      "### Sparse lazy Adam (float32 table) at each CPU instruction-set level: ms per step, "
+      "median over processes (min–max), and share of the bandwidth limit", "",
+      "| case | slots | " + " | ".join(f"{level} ms | {level} % of limit" for level in levels) +
+      " | " + " | ".join(f"{level} / {first}" for level in levels[1:]) + " |",
+      "|---|---|" + "---|---|" * len(levels) + "---|" * (len(levels) - 1)
+  ]
+  for label, (case, r) in results.items():
+    for name in ISA_LAYOUTS:
+      moved = light_bytes(case, LIGHT_LAYOUTS[name])
+      cells = [
+          f"{fmt(r[level][name])} | {share(moved, r[level][name]['median_ms'], limit_gbs):.0%}"
+          for level in levels
+      ]
+      ratios = [
+          f"{r[level][name]['median_ms'] / r[first][name]['median_ms']:.2f}×"
+          for level in levels[1:]
+      ]
+      lines.append(f"| {label} | {name} | " + " | ".join(cells + ratios) + " |")
   return "\n".join(lines)
 
 
@@ -865,6 +954,8 @@ ONLY_MODES = {
     "features": "LazyAdam with each Keras optimizer feature, against the bare step and stock Adam "
                 "(out/features.md)",
     "rowwise": "row-wise Adagrad, our op against FBGEMM's CPU step (out/rowwise.md)",
+    "isa": "sparse lazy Adam by slot layout at each CPU instruction-set level this machine runs, "
+           "each level in its own processes, alternating (out/isa.md)",
 }
 
 
@@ -874,10 +965,14 @@ def main(argv=None):
   for flag, what in ONLY_MODES.items():
     parser.add_argument(f"--{flag}", action="store_true", help=f"only {what}")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
+  parser.add_argument("--isa-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (5 if args.quick else 9)
   if args.clippy_worker:
     clippy_worker(json.loads(args.clippy_worker), rounds)
+    return
+  if args.isa_worker:
+    isa_worker(AdamCase(**json.loads(args.isa_worker)), rounds)
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf
@@ -907,8 +1002,7 @@ def main(argv=None):
       print(f"lazy Adam by slot layout, {case.label} ...", flush=True)
       light[case.label] = (case, bench_light_state(case, rounds))
       gc.collect()
-    table = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, TensorFlow "
-             f"{tf.__version__}; bandwidth limit {limit:.1f} GB/s.\n\n" +
+    table = (f"{machine()}, TensorFlow {tf.__version__}; bandwidth limit {limit:.1f} GB/s.\n\n" +
              render_light(light, limit))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "light.md"), "w") as f:
@@ -941,12 +1035,27 @@ def main(argv=None):
          f"start.\n\n" + render_rowwise({k: (cases[k], v) for k, v in r["rowwise"].items()}, r[
              "fbgemm"], r["bandwidth_limit_gbs"])))
     return
+  if args.isa:
+    print("bandwidth limit ...", flush=True)
+    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    levels = isa_levels_here()
+    results = bench_isa(levels, ISA_CASES[:1] if args.quick else ISA_CASES, args.rounds or
+                        (2 if args.quick else 4))
+    table = (f"{machine()} (the best level here), TensorFlow {tf.__version__}; bandwidth limit "
+             f"{limit:.1f} GB/s; load average {os.getloadavg()[0]:.1f} at the end.\n\n" +
+             render_isa(results, limit))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "isa.md"), "w") as f:
+      f.write(table + "\n")
+    print()
+    print(table)
+    print(f"\nwrote {os.path.join(args.out, 'isa.md')} in {time.time() - started:.0f} s")
+    return
   if args.features:
     print("bandwidth limit ...", flush=True)
     limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
     report = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
+        "machine": machine(), "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
         "bandwidth_limit_gbs": limit, "features": bench_features(feature_cases(args.quick), rounds)
     }
     report["seconds"] = time.time() - started
@@ -956,10 +1065,7 @@ def main(argv=None):
          f"{r['bandwidth_limit_gbs']:.1f} GB/s; load average {r['load_average']:.1f} at the "
          f"start.\n\n" + render_features(r["features"])))
     return
-  report = {
-      "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-      "tf_version": tf.__version__, "quick": args.quick
-  }
+  report = {"machine": machine(), "tf_version": tf.__version__, "quick": args.quick}
   print("bandwidth limit ...", flush=True)
   report["bandwidth"] = {
       str(k): v for k, v in bandwidth_limit(256 if args.quick else 512, rounds).items()

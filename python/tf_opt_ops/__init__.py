@@ -23,13 +23,14 @@ import importlib
 
 from tf_opt_ops import _keras2
 from tf_opt_ops import ops
+from tf_opt_ops._loader import cpu_isa
 from tf_opt_ops._loader import load_library
 from tf_opt_ops._version import __version__
 from tf_opt_ops.checkpoints import convert_checkpoint
 
 __all__ = [
     "LazyAdam", "ClippyAdagrad", "RowwiseAdagrad", "CompositeOptimizer", "MultiOptimizer",
-    "OptimizerBlocks", "ops", "keras_flavor", "convert_checkpoint", "__version__"
+    "OptimizerBlocks", "ops", "keras_flavor", "convert_checkpoint", "cpu_isa", "__version__"
 ]
 
 load_library()

@@ -157,6 +157,21 @@ def _load_op_library():
     ) from e
 
 
+def cpu_isa():
+  """The instruction-set level the CPU kernels run: "avx", "avx2" or "avx512".
+
+  The best this CPU has, chosen when the library loads, or a lower one that the
+  TF_OPT_OPS_CPU_ISA variable names (a level the CPU lacks runs its best, with a
+  warning on stderr). Every level computes the same bits (see docs/design.md,
+  "Instruction sets").
+  """
+  load_library()
+  function = ctypes.CDLL(LIBRARY_PATH).TfOptOpsCpuIsa
+  function.restype = ctypes.c_char_p
+  function.argtypes = []
+  return function().decode()
+
+
 _xla_unavailable = "the op library is not loaded"
 _xla_gpu_unavailable = _xla_unavailable
 

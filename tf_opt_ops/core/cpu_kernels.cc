@@ -1,5 +1,7 @@
 // The CPU updates of cpu_kernels.h, instantiated for every variable and index
-// type of the ops.
+// type of the ops, in the namespace of the instruction-set level this copy is
+// compiled for (TF_OPT_OPS_CPU_ISA_NAMESPACE, set by the build with the
+// level's -m flags; see cpu_isa.h).
 #define EIGEN_USE_THREADS  // before any Eigen header: the loops run on a thread pool
 
 #include "tf_opt_ops/core/cpu_kernels.h"
@@ -10,8 +12,13 @@
 
 #include "tf_opt_ops/core/cpu_row_loops.h"
 
+#ifndef TF_OPT_OPS_CPU_ISA_NAMESPACE
+#error "compile with -DTF_OPT_OPS_CPU_ISA_NAMESPACE=<level> (see tf_opt_ops/BUILD)"
+#endif
+
 namespace tf_opt_ops {
 namespace cpu {
+namespace TF_OPT_OPS_CPU_ISA_NAMESPACE {
 namespace {
 
 constexpr int64_t kBlock = 4096;  // elements per parallel work item of the dense Clippy op
@@ -193,47 +200,9 @@ absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, 
   return absl::OkStatus();
 }
 
-// Every variable type of the ops (half, bfloat16, float, double), with both
-// index types; S is the type of the slots or the accumulator.
-#define TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, Tindex)                                           \
-  template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                                    \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, S*, const AdamStep<ComputeT<T>>&, \
-      const AdamStateLayout&);                                                                \
-  template absl::Status SparseApplyClippyAdagrad<T, S, Tindex>(                               \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, const ClippyStep<ComputeT<T>>&,   \
-      ComputeT<T>*);
-#define TF_OPT_OPS_INSTANTIATE(T, S)                                                       \
-  template ComputeT<T> ApplyClippyAdagrad<T, S>(const CpuPool&, int64_t, const T*, T*, S*, \
-                                                const ClippyStep<ComputeT<T>>&);           \
-  TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, int32_t)                                             \
-  TF_OPT_OPS_INSTANTIATE_SPARSE(T, S, int64_t)
-TF_OPT_OPS_INSTANTIATE(Eigen::half, Eigen::half)
-TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, Eigen::bfloat16)
-TF_OPT_OPS_INSTANTIATE(float, float)
-TF_OPT_OPS_INSTANTIATE(double, double)
-// Light state (the V2 ops): a 16-bit or float32 table with slots or an
-// accumulator of another of those types.
-TF_OPT_OPS_INSTANTIATE(Eigen::half, Eigen::bfloat16)
-TF_OPT_OPS_INSTANTIATE(Eigen::half, float)
-TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, Eigen::half)
-TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16, float)
-TF_OPT_OPS_INSTANTIATE(float, Eigen::half)
-TF_OPT_OPS_INSTANTIATE(float, Eigen::bfloat16)
-#undef TF_OPT_OPS_INSTANTIATE
-// Row-wise Adagrad: every table type, its accumulator of the compute type.
-#define TF_OPT_OPS_INSTANTIATE_ROWWISE(T, Tindex)                     \
-  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(         \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*, \
-      const RowwiseAdagradStep<ComputeT<T>>&);
-#define TF_OPT_OPS_INSTANTIATE_ROWWISE_T(T) \
-  TF_OPT_OPS_INSTANTIATE_ROWWISE(T, int32_t) TF_OPT_OPS_INSTANTIATE_ROWWISE(T, int64_t)
-TF_OPT_OPS_INSTANTIATE_ROWWISE_T(Eigen::half)
-TF_OPT_OPS_INSTANTIATE_ROWWISE_T(Eigen::bfloat16)
-TF_OPT_OPS_INSTANTIATE_ROWWISE_T(float)
-TF_OPT_OPS_INSTANTIATE_ROWWISE_T(double)
-#undef TF_OPT_OPS_INSTANTIATE_ROWWISE_T
-#undef TF_OPT_OPS_INSTANTIATE_ROWWISE
-#undef TF_OPT_OPS_INSTANTIATE_SPARSE
+TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)
+TF_OPT_OPS_CPU_ROWWISE_TYPES(TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE)
 
+}  // namespace TF_OPT_OPS_CPU_ISA_NAMESPACE
 }  // namespace cpu
 }  // namespace tf_opt_ops

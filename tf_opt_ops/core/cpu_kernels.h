@@ -29,37 +29,97 @@ struct SparseGrad {
   int64_t row_size;
 };
 
-// Lazy Adam (ops ResourceSparseApplyLazyAdam and ...V2) on the rows of var,
-// m, v that the indices name, duplicates summed in input order, the slots of
-// type S kept as `layout` says (v one value per row when row-wise). Fails
-// with IndexOutOfRange, before any write, when an index is outside
-// [0, num_rows).
-template <typename T, typename S, typename Tindex>
-absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
-                                 S* m, S* v, const AdamStep<ComputeT<T>>& step,
-                                 const AdamStateLayout& layout);
+// The entry points, declared for each instruction-set level (cpu_isa.h):
+// cpu_kernels.cc is compiled once per level into its namespace (cpu::avx,
+// cpu::avx2, cpu::avx512), and the entry points of cpu:: itself
+// (cpu_dispatch.cc) run the level chosen at load. Callers use cpu::'s.
+//
+// SparseApplyLazyAdam: lazy Adam (ops ResourceSparseApplyLazyAdam and ...V2)
+// on the rows of var, m, v that the indices name, duplicates summed in input
+// order, the slots of type S kept as `layout` says (v one value per row when
+// row-wise). Fails with IndexOutOfRange, before any write, when an index is
+// outside [0, num_rows).
+//
+// ApplyClippyAdagrad: dense Clippy Adagrad (ops ResourceApplyClippyAdagrad and
+// ...V2) over `size` elements, the accumulator of type A; returns the scale.
+//
+// SparseApplyClippyAdagrad: sparse Clippy Adagrad (op
+// ResourceSparseApplyClippyAdagrad): the index check of SparseApplyLazyAdam,
+// then both passes over the distinct rows; writes the scale to `*scale`.
+//
+// SparseApplyRowwiseAdagrad: row-wise Adagrad (op
+// ResourceSparseApplyRowwiseAdagrad): the index check of SparseApplyLazyAdam,
+// then one update per distinct row, `accum` holding one value of the compute
+// type per row of var.
+#define TF_OPT_OPS_CPU_KERNELS_DECLARATIONS                                                        \
+  template <typename T, typename S, typename Tindex>                                               \
+  absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var, \
+                                   S* m, S* v, const AdamStep<ComputeT<T>>& step,                  \
+                                   const AdamStateLayout& layout);                                 \
+  template <typename T, typename A>                                                                \
+  ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var,         \
+                                 A* accum, const ClippyStep<ComputeT<T>>& step);                   \
+  template <typename T, typename A, typename Tindex>                                               \
+  absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,    \
+                                        T* var, A* accum, const ClippyStep<ComputeT<T>>& step,     \
+                                        ComputeT<T>* scale);                                       \
+  template <typename T, typename Tindex>                                                           \
+  absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,   \
+                                         T* var, ComputeT<T>* accum,                               \
+                                         const RowwiseAdagradStep<ComputeT<T>>& step);
 
-// Dense Clippy Adagrad (ops ResourceApplyClippyAdagrad and ...V2) over
-// `size` elements, the accumulator of type A; returns the scale.
-template <typename T, typename A>
-ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, A* accum,
-                               const ClippyStep<ComputeT<T>>& step);
+// Every (variable, slot or accumulator) type pair the entry points are
+// instantiated for: each variable type of the ops (half, bfloat16, float,
+// double) with itself, and light state (the V2 ops): a 16-bit or float32
+// table with slots or an accumulator of another of those types.
+#define TF_OPT_OPS_CPU_KERNEL_TYPES(X) \
+  X(Eigen::half, Eigen::half)          \
+  X(Eigen::bfloat16, Eigen::bfloat16)  \
+  X(float, float)                      \
+  X(double, double)                    \
+  X(Eigen::half, Eigen::bfloat16)      \
+  X(Eigen::half, float)                \
+  X(Eigen::bfloat16, Eigen::half)      \
+  X(Eigen::bfloat16, float)            \
+  X(float, Eigen::half)                \
+  X(float, Eigen::bfloat16)
 
-// Sparse Clippy Adagrad (op ResourceSparseApplyClippyAdagrad): the index
-// check of SparseApplyLazyAdam, then both passes over the distinct rows;
-// writes the scale to `*scale`.
-template <typename T, typename A, typename Tindex>
-absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
-                                      T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
-                                      ComputeT<T>* scale);
+// The explicit instantiations of the entry points for one type pair, with
+// both index types, in the namespace where it is expanded.
+#define TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, Tindex)                               \
+  template absl::Status SparseApplyLazyAdam<T, S, Tindex>(                                    \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, S*, const AdamStep<ComputeT<T>>&, \
+      const AdamStateLayout&);                                                                \
+  template absl::Status SparseApplyClippyAdagrad<T, S, Tindex>(                               \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, S*, const ClippyStep<ComputeT<T>>&,   \
+      ComputeT<T>*);
+#define TF_OPT_OPS_CPU_KERNELS_INSTANTIATE(T, S)                                           \
+  template ComputeT<T> ApplyClippyAdagrad<T, S>(const CpuPool&, int64_t, const T*, T*, S*, \
+                                                const ClippyStep<ComputeT<T>>&);           \
+  TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, int32_t)                                 \
+  TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, int64_t)
 
-// Row-wise Adagrad (op ResourceSparseApplyRowwiseAdagrad): the index check
-// of SparseApplyLazyAdam, then one update per distinct row, `accum` holding
-// one value of the compute type per row of var.
-template <typename T, typename Tindex>
-absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
-                                       T* var, ComputeT<T>* accum,
-                                       const RowwiseAdagradStep<ComputeT<T>>& step);
+// Row-wise Adagrad's table types (its accumulator is of the compute type), and
+// the instantiations of its entry point for one, with both index types.
+#define TF_OPT_OPS_CPU_ROWWISE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
+#define TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE_INDEX(T, Tindex)           \
+  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(         \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*, \
+      const RowwiseAdagradStep<ComputeT<T>>&);
+#define TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE(T)          \
+  TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE_INDEX(T, int32_t) \
+  TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE_INDEX(T, int64_t)
+
+TF_OPT_OPS_CPU_KERNELS_DECLARATIONS
+namespace avx {
+TF_OPT_OPS_CPU_KERNELS_DECLARATIONS
+}  // namespace avx
+namespace avx2 {
+TF_OPT_OPS_CPU_KERNELS_DECLARATIONS
+}  // namespace avx2
+namespace avx512 {
+TF_OPT_OPS_CPU_KERNELS_DECLARATIONS
+}  // namespace avx512
 
 }  // namespace cpu
 }  // namespace tf_opt_ops

@@ -24,7 +24,7 @@
 
 #define TF_OPT_OPS_RESTRICT __restrict__
 
-// Eigen's 16-bit types, for HalfKindOf below.
+// Eigen's 16-bit types, for Load/Store and HalfKindOf below.
 namespace Eigen {
 struct half;
 struct bfloat16;
@@ -44,12 +44,52 @@ struct ComputeType<double> {
 template <typename T>
 using ComputeT = typename ComputeType<T>::type;
 
+#if defined(__F16C__) && !defined(__CUDACC__)
+// float16 conversions in hardware (F16C: the avx2 and avx512 levels of
+// cpu_isa.h), in loops the compiler vectorizes. They round to nearest even
+// as Eigen's software conversions (the avx level's) do, but keep a NaN's
+// payload and quiet a signaling NaN, where Eigen's keep a float16 NaN's bits
+// as they are and store every float NaN as the quiet NaN with its sign: NaNs
+// are selected apart, so that every level gives Eigen's bits
+// (tests/ops/test_cpu_isa.py compares all 65536 float16 values).
+inline float Float16BitsToFloat(uint16_t h) {
+  _Float16 f;
+  __builtin_memcpy(&f, &h, sizeof(f));
+  const uint32_t nan_bits = ((h & 0x8000u) << 16) | 0x7F800000u | ((h & 0x3FFu) << 13);
+  float nan;
+  __builtin_memcpy(&nan, &nan_bits, sizeof(nan));
+  return (h & 0x7FFFu) > 0x7C00u ? nan : static_cast<float>(f);
+}
+inline uint16_t FloatToFloat16Bits(float x) {
+  const _Float16 f = static_cast<_Float16>(x);
+  uint16_t bits;
+  __builtin_memcpy(&bits, &f, sizeof(bits));
+  uint32_t x_bits;
+  __builtin_memcpy(&x_bits, &x, sizeof(x_bits));
+  const uint16_t nan = static_cast<uint16_t>(((x_bits >> 16) & 0x8000u) | 0x7E00u);
+  return x != x ? nan : bits;
+}
+#define TF_OPT_OPS_F16C_CONVERSIONS 1
+#endif
+
 template <typename C, typename T>
 TF_OPT_OPS_HOST_DEVICE C Load(const T& x) {
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+  if constexpr (std::is_same_v<T, Eigen::half>) {
+    return static_cast<C>(Float16BitsToFloat(x.x));  // x: Eigen's bits (a copy would not vectorize)
+  }
+#endif
   return static_cast<C>(x);
 }
 template <typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE T Store(C x) {
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+  if constexpr (std::is_same_v<T, Eigen::half>) {
+    T out;
+    out.x = FloatToFloat16Bits(static_cast<float>(x));
+    return out;
+  }
+#endif
   return static_cast<T>(x);
 }
 
