@@ -1,10 +1,10 @@
 """The CPU kernels' instruction-set levels: the level in use, and the same bits on every level.
 
 Each level this machine runs (avx, and avx2 / avx512 where the CPU has them) computes every op x
-dtype x light-state layout, a few of them inside XLA (whose custom calls run the same dispatched
-loops), random cases with special values, and every float16 conversion in a fresh process forced
-to it with TF_OPT_OPS_CPU_ISA; the outputs must be identical bit for bit
-across levels, equal `reference.py`'s, and convert float16 as Eigen's software conversion does.
+dtype x light-state layout (row-wise Adagrad's tables and weight decay modes too), a few of them
+inside XLA (whose custom calls run the same dispatched loops), random cases with special values,
+and every float16 conversion in a fresh process forced to it with TF_OPT_OPS_CPU_ISA; the
+outputs must be identical bit for bit across levels, equal `reference.py`'s, and convert float16 as Eigen's software conversion does.
 Why: see docs/design.md, "Instruction sets".
 """
 
@@ -23,6 +23,7 @@ INDICES = [[3, 0, 3, 7, 3, 49, 12, 12], [11, 5, 0, 30, 31, 32]]
 ADAM = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
 CLIPPY = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-4)
+ROWWISE = dict(lr=0.05, epsilon=1e-8, weight_decay=0.01)
 # (slot dtype, stochastic rounding) of the float32-table cases also run inside XLA.
 XLA_LAYOUTS = (("float32", False), ("bfloat16", True), ("float16", False))
 PYTHON_DIR = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "python")
@@ -75,6 +76,21 @@ def clippy_cases():
       name = f"clippy_{kind}_{t}_{a}_sr{int(stochastic)}_std{int(standard)}"
       cases.append((name, sparse, t, a, stochastic, standard, not standard))
   return cases
+
+
+def rowwise_cases():
+  """(name, table dtype, weight decay mode): row-wise Adagrad's every table type and mode."""
+  return [(f"rowwise_{t}_{mode}", t, mode)
+          for t in ("float16", "bfloat16", "float32", "float64")
+          for mode in ("none", "l2", "decoupled")]
+
+
+def rowwise_state(rng, reference, t):
+  """(table, accumulator of the compute type: float64 for a float64 table, else float32)."""
+  return [
+      reference.random_values(rng, (ROWS, DIM), t),
+      reference.random_values(rng, (ROWS,), "float64" if t == "float64" else "float32", 0, 0.1)
+  ]
 
 
 def adam_state(rng, reference, t, s, rowwise):
@@ -169,6 +185,16 @@ def worker(out_path):
     for part, x, d in zip(("var", "accum"), (var, accum), dtypes):
       out[f"{name}/{part}"] = stored(x, d)
 
+  for name, t, mode in rowwise_cases():
+    rng = np.random.default_rng(4)
+    state = rowwise_state(rng, reference, t)
+    accum_dtype = "float64" if t == "float64" else "float32"
+    var, accum = tf.Variable(tensor(state[0], t)), tf.Variable(tensor(state[1], accum_dtype))
+    for step, (g, i) in enumerate(zip(grads(rng, reference, t), INDICES), start=1):
+      ops.sparse_rowwise_adagrad(var, accum, tensor(g, t),
+                                 tf.constant(i, tf.int32 if step % 2 else tf.int64),
+                                 weight_decay_mode=mode, **ROWWISE)
+    out[f"{name}/var"], out[f"{name}/accum"] = stored(var, t), stored(accum, accum_dtype)
   for name, t, s, rowwise, stochastic in adam_cases():
     rng = np.random.default_rng(1)
     lazy_adam(name, adam_state(rng, reference, t, s, rowwise), (t, s, s), grads(rng, reference, t),
@@ -327,6 +353,15 @@ def test_every_level_matches_the_reference(outputs):
       else:
         var, accum, scale = reference.clippy_adagrad(var, accum, g, t, **hyper)
       expected[f"{name}/scale{step}"] = np.asarray(scale, reference.compute_type(t))
+    expected.update({f"{name}/var": var, f"{name}/accum": accum})
+  for name, t, mode in rowwise_cases():
+    if t not in ("float32", "float64"):
+      continue  # 16-bit tables: compared across levels (test_levels_give_the_same_bits)
+    rng = np.random.default_rng(4)
+    var, accum = rowwise_state(rng, reference, t)
+    for g, i in zip(grads(rng, reference, t), INDICES):
+      var, accum = reference.sparse_rowwise_adagrad(var, accum, g, np.asarray(i), t,
+                                                    weight_decay_mode=mode, **ROWWISE)
     expected.update({f"{name}/var": var, f"{name}/accum": accum})
   for level, out in outputs.items():
     for key, want in expected.items():
