@@ -268,11 +268,20 @@ def moving_average_update(var, average, synced, count, grad, ema_momentum, momen
   steps before. Returns what `update()` returns.
   """
   rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
+  applied = count.read_value()
+  if rows is not None and not _tf_private.in_xla_context():
+    # One fused op after the update (XLA has no kernel for it: the ops below run there).
+    previous = tf.gather(var, rows)
+    with tf.control_dependencies([previous]):
+      result = update()
+    with tf.control_dependencies([] if result is None else [result]):
+      ops.sparse_moving_average(average, synced, var, previous, rows, count=applied,
+                                ema_momentum=ema_momentum, momentum=momentum)
+    return result
 
   def read(x):
     return x.read_value() if rows is None else tf.gather(x, rows)
 
-  applied = count.read_value()
   caught = caught_up_average(read(var), read(average), read(synced), applied, ema_momentum)
   with tf.control_dependencies([caught]):
     result = update()

@@ -7,7 +7,7 @@ and float32 for every other type (float16/bfloat16 variables compute in float32
 inside the kernels). Duplicate indices are summed inside the kernels; rows not
 named by `indices` are not read or written. Each update's formula is stated
 once, in its op's doc (`tf_opt_ops/ops/lazy_adam_ops.cc`,
-`tf_opt_ops/ops/clippy_adagrad_ops.cc`).
+`tf_opt_ops/ops/clippy_adagrad_ops.cc`, `tf_opt_ops/ops/moving_average_ops.cc`).
 """
 
 import tensorflow as tf
@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_opt_ops._loader import load_library
 from tf_opt_ops._op_inputs import clippy_scalars as _clippy_scalars
 from tf_opt_ops._op_inputs import handle as _handle
+from tf_opt_ops._op_inputs import resolve as _resolve
 from tf_opt_ops._op_inputs import scalar as _scalar
 from tf_opt_ops._op_inputs import scalar_dtype  # public here: the kernels' scalar dtype
 from tf_opt_ops._op_inputs import value_dtype as _value_dtype
@@ -28,6 +29,7 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradV2",
+    "TfOptOps>ResourceSparseApplyLazyMovingAverage",
 )
 _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 
@@ -136,3 +138,29 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
                                              Taccum=accumulator_dtype,
                                              stochastic_rounding=bool(light["stochastic_rounding"]),
                                              seed=light["seed"])
+
+
+def sparse_moving_average(average, synced, var, previous, indices, *, count, ema_momentum,
+                          momentum=None, use_locking=False, name=None):
+  """The lazy moving average of the rows of `var` named by `indices` (each distinct row once).
+
+  The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyMovingAverage`
+  (`tf_opt_ops/ops/moving_average_ops.cc`): run after a step's update of `var`,
+  with `previous` the rows of `var` named by `indices` before it
+  (`tf.gather(var, indices)`); `average` has `var`'s dtype and shape, `synced`
+  (int32, one per row) the count of EMA steps applied when each row's average was
+  last brought up to date, `count` (int32) those applied before this step.
+  `momentum` is this step's (default `ema_momentum`). Returns the op (no outputs).
+  """
+  previous = tf.convert_to_tensor(previous)
+  dtype = previous.dtype
+  s = scalar_dtype(dtype)
+
+  def rounded(value):  # tf.cast to the table's dtype first, as the TensorFlow ops in it take it
+    return tf.cast(tf.cast(_resolve(value), dtype), s)
+
+  momentum = ema_momentum if momentum is None else momentum
+  return load_library().tf_opt_ops_resource_sparse_apply_lazy_moving_average(
+      average=_handle(average), synced=_handle(synced), var=_handle(var), previous=previous,
+      indices=indices, count=tf.cast(count, tf.int32), ema_momentum=rounded(ema_momentum),
+      momentum=rounded(momentum), use_locking=use_locking, name=name)

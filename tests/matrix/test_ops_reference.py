@@ -122,7 +122,8 @@ def test_ops_are_registered_under_the_library_prefix():
   assert registered == {
       "TfOptOps>ResourceSparseApplyLazyAdam", "TfOptOps>ResourceApplyClippyAdagrad",
       "TfOptOps>ResourceSparseApplyClippyAdagrad", "TfOptOps>ResourceSparseApplyLazyAdamV2",
-      "TfOptOps>ResourceApplyClippyAdagradV2", "TfOptOps>ResourceSparseApplyClippyAdagradV2"
+      "TfOptOps>ResourceApplyClippyAdagradV2", "TfOptOps>ResourceSparseApplyClippyAdagradV2",
+      "TfOptOps>ResourceSparseApplyLazyMovingAverage"
   }
 
   @tf.function
