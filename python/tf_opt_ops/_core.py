@@ -275,8 +275,10 @@ def moving_average_update(var, average, synced, count, grad, ema_momentum, momen
     with tf.control_dependencies([previous]):
       result = update()
     with tf.control_dependencies([] if result is None else [result]):
+      # The momenta as the ops below take them: tf.cast to the table's dtype.
       ops.sparse_moving_average(average, synced, var, previous, rows, count=applied,
-                                ema_momentum=ema_momentum, momentum=momentum)
+                                ema_momentum=tf.cast(ema_momentum, var.dtype),
+                                momentum=tf.cast(momentum, var.dtype))
     return result
 
   def read(x):

@@ -15,7 +15,6 @@ import tensorflow as tf
 from tf_opt_ops._loader import load_library
 from tf_opt_ops._op_inputs import clippy_scalars as _clippy_scalars
 from tf_opt_ops._op_inputs import handle as _handle
-from tf_opt_ops._op_inputs import resolve as _resolve
 from tf_opt_ops._op_inputs import scalar as _scalar
 from tf_opt_ops._op_inputs import scalar_dtype  # public here: the kernels' scalar dtype
 from tf_opt_ops._op_inputs import value_dtype as _value_dtype
@@ -156,8 +155,8 @@ def sparse_moving_average(average, synced, var, previous, indices, *, count, ema
   dtype = previous.dtype
   s = scalar_dtype(dtype)
 
-  def rounded(value):  # tf.cast to the table's dtype first, as the TensorFlow ops in it take it
-    return tf.cast(tf.cast(_resolve(value), dtype), s)
+  def rounded(value):  # the kernel rounds it to the table's dtype: exact both ways
+    return tf.cast(tf.cast(_scalar(value, s), dtype), s)
 
   momentum = ema_momentum if momentum is None else momentum
   return load_library().tf_opt_ops_resource_sparse_apply_lazy_moving_average(

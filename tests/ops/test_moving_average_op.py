@@ -132,7 +132,7 @@ def test_bad_shapes_and_dtypes_are_named(what):
   match = {
       "previous": r"previous must hold one row of var per index",
       "synced": r"synced",
-      "average": r"var has dtype float64",
+      "average": r"var has dtype double",
   }[what]
   if what == "previous":
     previous = tf.ones((2, DIM + 1))
