@@ -139,27 +139,28 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
                                              seed=light["seed"])
 
 
-def sparse_moving_average(average, synced, var, previous, indices, *, count, ema_momentum,
-                          momentum=None, use_locking=False, name=None):
-  """The lazy moving average of the rows of `var` named by `indices` (each distinct row once).
+def sparse_moving_average(average, synced, var, indices, *, count, ema_momentum, dtype=None,
+                          use_locking=False, name=None):
+  """Brings the moving average of the rows of `var` named by `indices` up to date (each
+  distinct row once).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyMovingAverage`
-  (`tf_opt_ops/ops/moving_average_ops.cc`): run after a step's update of `var`,
-  with `previous` the rows of `var` named by `indices` before it
-  (`tf.gather(var, indices)`); `average` has `var`'s dtype and shape, `synced`
-  (int32, one per row) the count of EMA steps applied when each row's average was
-  last brought up to date, `count` (int32) those applied before this step.
-  `momentum` is this step's (default `ema_momentum`). Returns the op (no outputs).
+  (`tf_opt_ops/ops/moving_average_ops.cc`): run before a step's update of those rows;
+  `average` has `var`'s dtype and shape, `synced` (int32, one per row) the count of EMA
+  steps applied when each row's average was last brought up to date, `count` (int32)
+  those applied so far. `dtype`, the table's, is read from `average` when it is a
+  variable. Returns the op (no outputs).
   """
-  previous = tf.convert_to_tensor(previous)
-  dtype = previous.dtype
+  if dtype is None:
+    dtype = getattr(average, "dtype", None)
+    if dtype is None or tf.as_dtype(dtype) == tf.resource:
+      raise ValueError("sparse_moving_average: pass dtype= (the table's) with a bare resource "
+                       "handle as average.")
+  dtype = tf.as_dtype(dtype)
   s = scalar_dtype(dtype)
-
-  def rounded(value):  # the kernel rounds it to the table's dtype: exact both ways
-    return tf.cast(tf.cast(_scalar(value, s), dtype), s)
-
-  momentum = ema_momentum if momentum is None else momentum
+  # The kernel rounds the momentum to the table's dtype: exact both ways.
+  ema_momentum = tf.cast(tf.cast(_scalar(ema_momentum, s), dtype), s)
   return load_library().tf_opt_ops_resource_sparse_apply_lazy_moving_average(
-      average=_handle(average), synced=_handle(synced), var=_handle(var), previous=previous,
-      indices=indices, count=tf.cast(count, tf.int32), ema_momentum=rounded(ema_momentum),
-      momentum=rounded(momentum), use_locking=use_locking, name=name)
+      average=_handle(average), synced=_handle(synced), var=_handle(var), indices=indices,
+      count=tf.cast(count, tf.int32), ema_momentum=ema_momentum, T=dtype, use_locking=use_locking,
+      name=name)

@@ -322,35 +322,26 @@ def _round_to(x, dtype):
   return load(store(x, dtype), dtype)
 
 
-def sparse_moving_average(average, synced, var, previous, indices, dtype, *, count, ema_momentum,
-                          momentum):
-  """The lazy moving average of the distinct rows of `indices` (op
-  ResourceSparseApplyLazyMovingAverage): (average, synced). `var` is the table after the
-  step's update, `previous` its rows before it (one per index); each row is moved once,
-  from the `previous` row of its first position. Every operation is rounded to `dtype`;
-  the momenta are `dtype` values; ema_momentum^k is taken in float64."""
+def sparse_moving_average(average, synced, var, indices, dtype, *, count, ema_momentum):
+  """The lazy moving average of the distinct rows of `indices` brought up to date (op
+  ResourceSparseApplyLazyMovingAverage), before the step's update of `var`: (average,
+  synced). Every operation is rounded to `dtype`, ema_momentum first; ema_momentum^k is
+  taken in float64."""
   C = compute_type(dtype)
   average, synced = _stored_copy(average), np.array(synced, np.int32)
   dim = average.size // average.shape[0] if average.shape[0] else 0
   average2 = average.reshape(-1, dim)
   var2 = load(_stored_copy(var), dtype).reshape(-1, dim)
-  previous2 = load(_stored_copy(previous), dtype).reshape(len(indices), dim)
-  m = _round_to(C(momentum), dtype)
-  one_minus = _round_to(C(1) - m, dtype)
-  ema_m = _round_to(C(ema_momentum), dtype)
-  indices = np.asarray(indices, np.int64)
-  rows, first = np.unique(indices, return_index=True)
+  rows = np.unique(np.asarray(indices, np.int64))
   with np.errstate(over="ignore"):
     missed = (np.int32(count) - synced[rows]).astype(np.int32)
   steps = _round_to(missed.astype(C), dtype)
+  ema_m = _round_to(C(ema_momentum), dtype)
   decay = _round_to(np.power(np.float64(ema_m), steps.astype(np.float64)).astype(C), dtype)
-  p = previous2[first]
-  a = load(average2[rows], dtype)
-  caught = _round_to(p + _round_to(decay[:, None] * _round_to(a - p, dtype), dtype), dtype)
-  moved = _round_to(m * caught, dtype) + _round_to(one_minus * var2[rows], dtype)
-  average2[rows] = store(moved, dtype)
-  with np.errstate(over="ignore"):
-    synced[rows] = np.int32(count) + np.int32(1)
+  w = var2[rows]
+  gap = _round_to(load(average2[rows], dtype) - w, dtype)
+  average2[rows] = store(w + _round_to(decay[:, None] * gap, dtype), dtype)
+  synced[rows] = np.int32(count)
   return average, synced
 
 

@@ -1,10 +1,10 @@
 """The lazy moving average (op ResourceSparseApplyLazyMovingAverage) against the NumPy reference.
 
 The kernel must match `reference.sparse_moving_average` bit for bit on every table dtype,
-with duplicate indices (each row moved once), rows never touched (never read or written)
-and rows that missed several steps; and the lazy average, read after a sync, must be the
-stock EMA that moves every row every step. Why: see docs/optimizers.md, "Keras features
-at sparse cost".
+with duplicate indices (each row brought up to date once), rows never touched (never read or
+written) and rows that missed several steps; and the lazy average, every row brought up to
+date, must be the stock EMA that moves every row every step. Why: see docs/optimizers.md,
+"Keras features at sparse cost".
 """
 
 import ml_dtypes
@@ -36,10 +36,10 @@ def _stored(variable, dtype):
   return value.view(np.uint16) if dtype == "bfloat16" else value
 
 
-def _run_steps(dtype, index_dtype, mode, first_momentum=EMA_MOMENTUM):
-  """Runs STEP_INDICES through the op and the reference, each step changing the named rows of
-  the table first; checks every step's average and synced bit for bit. Returns the last
-  (table, average, synced, count) of the reference."""
+def _run_steps(dtype, index_dtype, mode):
+  """Runs STEP_INDICES through the op and the reference, each step bringing the named rows'
+  averages up to date and then changing those rows of the table; checks every step's average
+  and synced bit for bit."""
   rng = np.random.default_rng(3)
   table0 = reference.random_values(rng, (ROWS, DIM), dtype)
   average0 = reference.random_values(rng, (ROWS, DIM), dtype)
@@ -47,28 +47,23 @@ def _run_steps(dtype, index_dtype, mode, first_momentum=EMA_MOMENTUM):
   synced = tf.Variable(tf.zeros([ROWS], tf.int32))
   ref_table, ref_average, ref_synced = table0.copy(), average0.copy(), np.zeros(ROWS, np.int32)
 
-  def apply(previous, indices, count, momentum):
-    ops.sparse_moving_average(average, synced, table, previous, indices, count=count,
-                              ema_momentum=EMA_MOMENTUM, momentum=momentum)
+  def apply(indices, count):
+    ops.sparse_moving_average(average, synced, table, indices, count=count,
+                              ema_momentum=EMA_MOMENTUM)
 
   run = apply if mode == "eager" else tf.function(apply)
   for count, step_indices in enumerate(STEP_INDICES):
     indices = np.array(step_indices, index_dtype)
-    previous = ref_table[indices]
-    changed = np.unique(indices)
-    ref_table[changed] = reference.random_values(rng, (len(changed), DIM), dtype)
-    table.scatter_update(tf.IndexedSlices(_tensor(ref_table[changed], dtype), changed))
-    momentum = first_momentum if count == 0 else EMA_MOMENTUM
-    run(_tensor(previous, dtype), tf.constant(indices), tf.constant(count, tf.int32),
-        tf.constant(momentum, tf.float64 if dtype == "float64" else tf.float32))
+    run(tf.constant(indices), tf.constant(count, tf.int32))
     ref_average, ref_synced = reference.sparse_moving_average(ref_average, ref_synced, ref_table,
-                                                              previous, indices, dtype, count=count,
-                                                              ema_momentum=EMA_MOMENTUM,
-                                                              momentum=momentum)
+                                                              indices, dtype, count=count,
+                                                              ema_momentum=EMA_MOMENTUM)
     np.testing.assert_array_equal(_stored(average, dtype), ref_average, err_msg=f"step {count}")
     np.testing.assert_array_equal(synced.numpy(), ref_synced, err_msg=f"step {count}")
     np.testing.assert_array_equal(_stored(average, dtype)[UNTOUCHED_ROWS], average0[UNTOUCHED_ROWS])
-  return ref_table, ref_average, ref_synced, len(STEP_INDICES)
+    changed = np.unique(indices)
+    ref_table[changed] = reference.random_values(rng, (len(changed), DIM), dtype)
+    table.scatter_update(tf.IndexedSlices(_tensor(ref_table[changed], dtype), changed))
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -80,30 +75,26 @@ def test_op_matches_the_reference_bit_for_bit(dtype, index_dtype, mode):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_lazy_average_brought_up_to_date_is_the_stock_average(dtype):
-  """Stock EMA moves every row every step (Keras 3's first step with momentum 0, setting the
-  average to the table); the lazy one, each row brought up to date with the closed form of
-  the steps it missed, gives the same numbers to float rounding."""
+  """Stock EMA moves every row every step, after the step's update; the lazy one, each row
+  brought up to date before it changes and, at the end, every row, gives the same numbers to
+  float rounding."""
   rng = np.random.default_rng(3)
   C = reference.compute_type(dtype)
   table = reference.random_values(rng, (ROWS, DIM), dtype)
   stock = table.astype(C)  # Keras 3's first step sets every average to its variable
-  lazy = table.copy()
-  synced = np.ones(ROWS, np.int32)
+  lazy, synced = table.copy(), np.ones(ROWS, np.int32)
   m = C(EMA_MOMENTUM)
   for count, step_indices in enumerate(STEP_INDICES, start=1):
-    indices = np.array(step_indices)
-    previous = table[indices]
-    changed = np.unique(indices)
+    lazy, synced = reference.sparse_moving_average(lazy, synced, table, step_indices, dtype,
+                                                   count=count, ema_momentum=EMA_MOMENTUM)
+    changed = np.unique(step_indices)
     table = table.copy()
     table[changed] = reference.random_values(rng, (len(changed), DIM), dtype)
     stock = m * stock + (C(1) - m) * table.astype(C)
-    lazy, synced = reference.sparse_moving_average(lazy, synced, table, previous, indices, dtype,
-                                                   count=count, ema_momentum=EMA_MOMENTUM,
-                                                   momentum=EMA_MOMENTUM)
-  count = len(STEP_INDICES) + 1
-  caught = table + m**(count - synced)[:, None].astype(C) * (lazy - table)
+  lazy, _ = reference.sparse_moving_average(lazy, synced, table, np.arange(ROWS), dtype,
+                                            count=len(STEP_INDICES) + 1, ema_momentum=EMA_MOMENTUM)
   tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-13)
-  np.testing.assert_allclose(caught, stock, **tolerance)
+  np.testing.assert_allclose(lazy, stock, **tolerance)
 
 
 def _variables(dtype=tf.float32):
@@ -119,30 +110,22 @@ def test_bad_index_names_it_and_writes_nothing():
   indices = tf.constant([1, ROWS + 3, 4])
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"):
-    ops.sparse_moving_average(average, synced, table, tf.ones((3, DIM)), indices, count=5,
-                              ema_momentum=EMA_MOMENTUM)
+    ops.sparse_moving_average(average, synced, table, indices, count=5, ema_momentum=EMA_MOMENTUM)
   np.testing.assert_array_equal(average.numpy(), before[0])
   np.testing.assert_array_equal(synced.numpy(), before[1])
 
 
-@pytest.mark.parametrize("what", ["previous", "synced", "average"])
+@pytest.mark.parametrize("what", ["synced", "average"])
 def test_bad_shapes_and_dtypes_are_named(what):
   table, average, synced = _variables()
-  previous = tf.ones((2, DIM))
-  match = {
-      "previous": r"previous must hold one row of var per index",
-      "synced": r"synced",
-      "average": r"var has dtype double",
-  }[what]
-  if what == "previous":
-    previous = tf.ones((2, DIM + 1))
-  elif what == "synced":
+  match = {"synced": r"synced", "average": r"var has dtype double"}[what]
+  if what == "synced":
     synced = tf.Variable(tf.zeros([ROWS + 1], tf.int32))
   else:
     table = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
   before = average.numpy()
-  with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=match):
-    ops.sparse_moving_average(average, synced, table, previous, tf.constant([1, 2]), count=5,
+  with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+    ops.sparse_moving_average(average, synced, table, tf.constant([1, 2]), count=5,
                               ema_momentum=EMA_MOMENTUM)
   np.testing.assert_array_equal(average.numpy(), before)
 

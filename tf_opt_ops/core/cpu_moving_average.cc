@@ -11,7 +11,7 @@ namespace cpu {
 
 template <typename T, typename Tindex>
 absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
-                                          const MovingAverageRows<T, Tindex>& rows, const T* var,
+                                          const MovingAverageRows<Tindex>& rows, const T* var,
                                           T* average, int32_t* synced,
                                           const MovingAverageStep<ComputeT<T>>& step) {
   using C = ComputeT<T>;
@@ -23,27 +23,24 @@ absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
   const int64_t* distinct = groups.rows();
   const auto offset = [distinct, dim](int64_t u) { return distinct[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };
-  const int32_t stamp =
-      static_cast<int32_t>(static_cast<uint32_t>(step.count) + 1u);  // int32 wraps, as TF's
-  // Per row: read previous, var, average and synced; write average and synced.
-  const Eigen::TensorOpCost cost(dim * 3.0 * sizeof(T) + sizeof(int32_t),
+  // Per row: read var, average and synced; write average and synced.
+  const Eigen::TensorOpCost cost(dim * 2.0 * sizeof(T) + sizeof(int32_t),
                                  dim * 1.0 * sizeof(T) + sizeof(int32_t), 10.0 * dim + 40.0);
   ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
     ForEachSpan(begin, end, {TableOf(average), TableOf(var), TableOf(synced, dim)}, offset, length,
                 [&](int64_t u, int64_t o) {
                   const int64_t row = distinct[u];
                   const C decay = MovingAverageDecay<T, C>(step, synced[row]);
-                  MovingAverageRow<T, C>(average + o, rows.previous + groups.first(u) * dim,
-                                         var + o, dim, decay, step);
-                  synced[row] = stamp;
+                  MovingAverageRow<T, C>(average + o, var + o, dim, decay);
+                  synced[row] = step.count;
                 });
   });
   return absl::OkStatus();
 }
 
-#define TF_OPT_OPS_INSTANTIATE_INDEX(T, Tindex)                                    \
-  template absl::Status SparseApplyLazyMovingAverage<T, Tindex>(                   \
-      const CpuPool&, const MovingAverageRows<T, Tindex>&, const T*, T*, int32_t*, \
+#define TF_OPT_OPS_INSTANTIATE_INDEX(T, Tindex)                                 \
+  template absl::Status SparseApplyLazyMovingAverage<T, Tindex>(                \
+      const CpuPool&, const MovingAverageRows<Tindex>&, const T*, T*, int32_t*, \
       const MovingAverageStep<ComputeT<T>>&);
 #define TF_OPT_OPS_INSTANTIATE(T)          \
   TF_OPT_OPS_INSTANTIATE_INDEX(T, int32_t) \

@@ -16,25 +16,22 @@ namespace tf_opt_ops {
 namespace cpu {
 
 // The rows of a lazy moving-average step: `num_indices` (> 0) indices into
-// tables of `num_rows` rows of `row_size` elements each, and one row of the
-// table's values before the step's update per index (`previous`, row-major).
-template <typename T, typename Tindex>
+// tables of `num_rows` rows of `row_size` elements each.
+template <typename Tindex>
 struct MovingAverageRows {
   const Tindex* indices;
   int64_t num_indices;
-  const T* previous;
   int64_t num_rows;
   int64_t row_size;
 };
 
-// Brings the average of each distinct row the indices name up to date and
-// moves it toward var's row (MovingAverageRow, once per row, from the row's
-// first `previous` row), and sets the row's synced count to step.count + 1.
-// Fails with IndexOutOfRange, before any write, when an index is outside
-// [0, num_rows).
+// Brings the average of each distinct row the indices name up to date
+// (MovingAverageRow, once per row) and sets the row's synced count to
+// step.count. Fails with IndexOutOfRange, before any write, when an index is
+// outside [0, num_rows).
 template <typename T, typename Tindex>
 absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
-                                          const MovingAverageRows<T, Tindex>& rows, const T* var,
+                                          const MovingAverageRows<Tindex>& rows, const T* var,
                                           T* average, int32_t* synced,
                                           const MovingAverageStep<ComputeT<T>>& step);
 

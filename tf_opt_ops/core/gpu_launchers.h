@@ -94,10 +94,10 @@ int SparseApplyClippyAdagrad(DType dtype, DType accum_dtype, const SparseRows& r
 
 // The lazy moving average (the ResourceSparseApplyLazyMovingAverage op's
 // update rule): the index check of SparseApplyLazyAdam, then each distinct
-// row's average (type `dtype`, as var and previous) moved once, from the
-// previous row of its first position, and its synced count (int32) set.
-int SparseApplyLazyMovingAverage(DType dtype, const SparseRows& rows, const void* previous,
-                                 const void* var, void* average, int32_t* synced,
+// row's average (type `dtype`, as var) brought up to date once, and its
+// synced count (int32) set.
+int SparseApplyLazyMovingAverage(DType dtype, const SparseRows& rows, const void* var,
+                                 void* average, int32_t* synced,
                                  const MovingAverageStep<double>& step, void* scratch,
                                  size_t scratch_bytes, void* stream, IndexError* index_error);
 

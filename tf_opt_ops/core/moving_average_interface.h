@@ -15,11 +15,9 @@ enum Input : int {
   kAverage = 0,
   kSynced,
   kVar,
-  kPrevious,
   kIndices,
   kCount,
   kEmaMomentum,
-  kMomentum,
 };
 
 // The resource variables (kAverage, kSynced, kVar), named as errors name
@@ -30,10 +28,10 @@ constexpr int kLockOrder[kNumVariables] = {kAverage, kVar, kSynced};
 constexpr const char* kVariableNames[kNumVariables] = {"average", "var", "synced"};
 constexpr int kSyncedSlot = 2;  // synced's place in kLockOrder
 
-// The scalar inputs kCount.. kMomentum, read on the host.
+// The scalar inputs kCount and kEmaMomentum, read on the host.
 constexpr int kFirstScalar = kCount;
-constexpr int kNumScalars = kMomentum - kCount + 1;
-constexpr const char* kScalarNames[kNumScalars] = {"count", "ema_momentum", "momentum"};
+constexpr int kNumScalars = kEmaMomentum - kCount + 1;
+constexpr const char* kScalarNames[kNumScalars] = {"count", "ema_momentum"};
 
 }  // namespace moving_average
 }  // namespace tf_opt_ops

@@ -11,25 +11,21 @@ namespace tf_opt_ops {
 namespace gpu {
 namespace {
 
-// Each distinct row's average is moved by exactly one thread group, from the
-// previous row of its first position (in input order: the sort is stable).
-// synced is only read here; SetSyncedKernel writes it after, so no thread
-// reads a count another thread of its row has already replaced.
+// Each distinct row's average is brought up to date by exactly one thread
+// group. synced is only read here; SetSyncedKernel writes it after, so no
+// thread reads a count another thread of its row has already replaced.
 template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    MovingAverageRowsKernel(SortedRows rows, const T* __restrict__ previous,
-                            const T* __restrict__ var, T* __restrict__ average,
+    MovingAverageRowsKernel(SortedRows rows, const T* __restrict__ var, T* __restrict__ average,
                             const int32_t* __restrict__ synced,
                             MovingAverageStep<ComputeT<T>> step) {
   using C = ComputeT<T>;
   const int64_t dim = rows.row_size;
-  ForEachDistinctRow(rows, [&](int64_t row, int64_t begin, int64_t) {
+  ForEachDistinctRow(rows, [&](int64_t row, int64_t, int64_t) {
     const int64_t offset = row * dim;  // 64-bit: tables past 2^31 elements
-    const int64_t first = rows.positions[begin] * dim;
     const C decay = MovingAverageDecay<T, C>(step, synced[row]);
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-      MovingAverageElement<T, C>(average + offset + j, previous[first + j], var[offset + j], decay,
-                                 step);
+      MovingAverageElement<T, C>(average + offset + j, var[offset + j], decay);
     }
   });
 }
@@ -47,8 +43,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 }  // namespace
 
-int SparseApplyLazyMovingAverage(DType dtype, const SparseRows& rows, const void* previous,
-                                 const void* var, void* average, int32_t* synced,
+int SparseApplyLazyMovingAverage(DType dtype, const SparseRows& rows, const void* var,
+                                 void* average, int32_t* synced,
                                  const MovingAverageStep<double>& step, void* scratch,
                                  size_t scratch_bytes, void* stream, IndexError* index_error) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -61,15 +57,13 @@ int SparseApplyLazyMovingAverage(DType dtype, const SparseRows& rows, const void
       using C = ComputeT<T>;
       const RowLaunch launch = MakeRowLaunch(sorted.count, sorted.row_size);
       MovingAverageRowsKernel<T><<<launch.grid, launch.block, 0, s>>>(
-          sorted, static_cast<const T*>(previous), static_cast<const T*>(var),
-          static_cast<T*>(average), synced, CastStep<C>(step));
+          sorted, static_cast<const T*>(var), static_cast<T*>(average), synced, CastStep<C>(step));
       return static_cast<int>(cudaGetLastError());
     });
     if (err != 0) return err;
   }
-  const int32_t stamp = static_cast<int32_t>(static_cast<uint32_t>(step.count) + 1u);
   SetSyncedKernel<<<BlocksFor(sorted.count, kThreadsPerBlock), kThreadsPerBlock, 0, s>>>(
-      sorted.keys, sorted.count, synced, stamp);
+      sorted.keys, sorted.count, synced, step.count);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -412,24 +412,21 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF
 // ------------------------------------------------- lazy moving average (EMA)
 // The average of a table's rows, kept lazily (see the
 // ResourceSparseApplyLazyMovingAverage doc): a row's average is brought up
-// to date only where the row changes. Each operation is rounded to the table's
-// type T, as the same TensorFlow ops in dtype T round (a no-op for float and
-// double), so a 16-bit table's average gets the numbers of the TensorFlow
-// ops it replaces.
+// to date only where the row is about to change. Each operation is rounded to
+// the table's type T, as the same TensorFlow ops in dtype T round (a no-op for
+// float and double), so a 16-bit table's average gets the numbers of the
+// TensorFlow ops it replaces.
 template <typename C>
 struct MovingAverageStep {
-  C ema_momentum;        // of the steps a row missed, rounded to T
-  C momentum;            // of this step, rounded to T
-  C one_minus_momentum;  // 1 - momentum, rounded to T
-  int32_t count;         // the EMA steps applied before this one
+  C ema_momentum;  // rounded to T
+  int32_t count;   // the EMA steps applied so far
 };
 
 // The one conversion of MovingAverageStep between compute types (as CastStep
 // above).
 template <typename To, typename From>
 TF_OPT_OPS_HOST_DEVICE MovingAverageStep<To> CastStep(const MovingAverageStep<From>& s) {
-  return MovingAverageStep<To>{static_cast<To>(s.ema_momentum), static_cast<To>(s.momentum),
-                               static_cast<To>(s.one_minus_momentum), s.count};
+  return MovingAverageStep<To>{static_cast<To>(s.ema_momentum), s.count};
 }
 
 // x stored as T, rounded to nearest even (as Store; bfloat16 from the bits).
@@ -449,10 +446,8 @@ TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
 }
 
 template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE MovingAverageStep<C> MakeMovingAverageStep(C ema_momentum, C momentum,
-                                                                  int32_t count) {
-  const C m = RoundTo<T, C>(momentum);
-  return MovingAverageStep<C>{RoundTo<T, C>(ema_momentum), m, RoundTo<T, C>(C(1) - m), count};
+TF_OPT_OPS_HOST_DEVICE MovingAverageStep<C> MakeMovingAverageStep(C ema_momentum, int32_t count) {
+  return MovingAverageStep<C>{RoundTo<T, C>(ema_momentum), count};
 }
 
 // ema_momentum^k for the k = count - synced steps a row missed (int32
@@ -471,27 +466,19 @@ TF_OPT_OPS_HOST_DEVICE C MovingAverageDecay(const MovingAverageStep<C>& s, int32
   return RoundTo<T, C>(static_cast<C>(decay));
 }
 
-// One element of a touched row: `previous` its value before this step's
-// update, `var` after it, `decay` the row's MovingAverageDecay.
+// One element of a row brought up to date: var + decay * (average - var),
+// `decay` the row's MovingAverageDecay.
 template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void MovingAverageElement(T* average, const T& previous, const T& var,
-                                                 C decay, const MovingAverageStep<C>& s) {
-  const C p = Load<C>(previous);
-  const C caught = RoundTo<T, C>(p + RoundTo<T, C>(decay * RoundTo<T, C>(Load<C>(*average) - p)));
-  const C moved = RoundTo<T, C>(s.momentum * caught);
-  const C toward = RoundTo<T, C>(s.one_minus_momentum * Load<C>(var));
-  *average = StoreRounded<T, C>(moved + toward);
+TF_OPT_OPS_HOST_DEVICE void MovingAverageElement(T* average, const T& var, C decay) {
+  const C w = Load<C>(var);
+  *average = StoreRounded<T, C>(w + RoundTo<T, C>(decay * RoundTo<T, C>(Load<C>(*average) - w)));
 }
 
-// One touched row of `n` elements.
+// One row of `n` elements.
 template <typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE void MovingAverageRow(T* TF_OPT_OPS_RESTRICT average,
-                                             const T* TF_OPT_OPS_RESTRICT previous,
-                                             const T* TF_OPT_OPS_RESTRICT var, int64_t n, C decay,
-                                             const MovingAverageStep<C>& s) {
-  for (int64_t j = 0; j < n; ++j) {
-    MovingAverageElement<T, C>(average + j, previous[j], var[j], decay, s);
-  }
+                                             const T* TF_OPT_OPS_RESTRICT var, int64_t n, C decay) {
+  for (int64_t j = 0; j < n; ++j) MovingAverageElement<T, C>(average + j, var[j], decay);
 }
 
 // ---------------------------------------------------------- Clippy Adagrad

@@ -21,14 +21,14 @@ namespace functor {
 
 template <typename T, typename Tindex>
 struct SparseApplyLazyMovingAverage<CPUDevice, T, Tindex> {
-  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& previous,
-                          const Tensor& var, Tensor* average, Tensor* synced,
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& var,
+                          Tensor* average, Tensor* synced,
                           const MovingAverageStep<ComputeT<T>>& step) {
     const EigenCpuPool pool(ctx->eigen_cpu_device());
     const int64_t num_rows = average->dim_size(0);
-    const cpu::MovingAverageRows<T, Tindex> rows{
-        indices.flat<Tindex>().data(), indices.NumElements(), previous.flat<T>().data(), num_rows,
-        num_rows > 0 ? average->NumElements() / num_rows : 0};
+    const cpu::MovingAverageRows<Tindex> rows{indices.flat<Tindex>().data(), indices.NumElements(),
+                                              num_rows,
+                                              num_rows > 0 ? average->NumElements() / num_rows : 0};
     return cpu::SparseApplyLazyMovingAverage<T, Tindex>(pool, rows, var.flat<T>().data(),
                                                         average->flat<T>().data(),
                                                         synced->flat<int32_t>().data(), step);
@@ -40,14 +40,14 @@ struct SparseApplyLazyMovingAverage<CPUDevice, T, Tindex> {
 // the distinct rows on the device.
 template <typename T, typename Tindex>
 struct SparseApplyLazyMovingAverage<GPUDevice, T, Tindex> {
-  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& previous,
-                          const Tensor& var, Tensor* average, Tensor* synced,
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& var,
+                          Tensor* average, Tensor* synced,
                           const MovingAverageStep<ComputeT<T>>& step) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *average);
     return LaunchSparse<T>(ctx, rows, "SparseApplyLazyMovingAverage",
                            [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
                              return gpu::SparseApplyLazyMovingAverage(
-                                 GpuDType<T>(), rows, previous.data(), var.data(), average->data(),
+                                 GpuDType<T>(), rows, var.data(), average->data(),
                                  static_cast<int32_t*>(synced->data()), CastStep<double>(step),
                                  scratch, bytes, stream, bad);
                            });
@@ -59,26 +59,14 @@ struct SparseApplyLazyMovingAverage<GPUDevice, T, Tindex> {
 
 namespace {
 
-// previous must be [len(indices)] + average.shape[1:]; indices a vector.
-absl::Status ValidatePreviousRows(const TensorShape& average, const TensorShape& previous,
-                                  const TensorShape& indices) {
+// average must be at least 1-D (indices name its rows); indices a vector.
+absl::Status ValidateRows(const TensorShape& average, const TensorShape& indices) {
   if (!TensorShapeUtils::IsVectorOrHigher(average)) {
     return InvalidArgument("average must be at least 1-D, got ", average.DebugString(),
                            ": indices name its rows.");
   }
   if (!TensorShapeUtils::IsVector(indices)) {
     return InvalidArgument("indices must be a vector, got shape ", indices.DebugString());
-  }
-  bool rows_match =
-      previous.dims() == average.dims() && previous.dim_size(0) == indices.dim_size(0);
-  for (int d = 1; rows_match && d < average.dims(); ++d) {
-    rows_match = previous.dim_size(d) == average.dim_size(d);
-  }
-  if (!rows_match) {
-    return InvalidArgument("previous must hold one row of var per index, of shape [",
-                           indices.dim_size(0), "] + var.shape[1:]: previous ",
-                           previous.DebugString(), " vs var ", average.DebugString(),
-                           " and indices ", indices.DebugString());
   }
   return absl::OkStatus();
 }
@@ -104,18 +92,16 @@ class SparseApplyLazyMovingAverageOp : public tensorflow::OpKernel {
                                      {kVariableNames, kVariableNames + kNumVariables},
                                      {t, t, tensorflow::DT_INT32}, kSyncedSlot));
     int32_t count = 0;
-    C ema_momentum, momentum;
+    C ema_momentum;
     OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kScalarNames[0], &count));
     OP_REQUIRES_OK(ctx, ReadScalar<C>(ctx, kEmaMomentum, kScalarNames[1], &ema_momentum));
-    OP_REQUIRES_OK(ctx, ReadScalar<C>(ctx, kMomentum, kScalarNames[2], &momentum));
     Tensor* average = vars.tensor(0);
-    const Tensor& previous = ctx->input(kPrevious);
     const Tensor& indices = ctx->input(kIndices);
-    OP_REQUIRES_OK(ctx, ValidatePreviousRows(average->shape(), previous.shape(), indices.shape()));
+    OP_REQUIRES_OK(ctx, ValidateRows(average->shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
     OP_REQUIRES_OK(ctx, functor::SparseApplyLazyMovingAverage<Device, T, Tindex>()(
-                            ctx, indices, previous, *vars.tensor(1), average, vars.tensor(2),
-                            MakeMovingAverageStep<T, C>(ema_momentum, momentum, count)));
+                            ctx, indices, *vars.tensor(1), average, vars.tensor(2),
+                            MakeMovingAverageStep<T, C>(ema_momentum, count)));
   }
 
  private:

@@ -10,15 +10,14 @@ namespace tf_opt_ops {
 namespace functor {
 
 // Validates `indices` (non-empty) against average's rows before any write,
-// then updates each distinct row once (the ResourceSparseApplyLazyMovingAverage
-// doc). `previous` holds one row per index; the other inputs were validated
+// then brings each distinct row up to date once (the
+// ResourceSparseApplyLazyMovingAverage doc). The other inputs were validated
 // by the caller.
 template <typename Device, typename T, typename Tindex>
 struct SparseApplyLazyMovingAverage {
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& indices,
-                          const tensorflow::Tensor& previous, const tensorflow::Tensor& var,
-                          tensorflow::Tensor* average, tensorflow::Tensor* synced,
-                          const MovingAverageStep<ComputeT<T>>& step);
+                          const tensorflow::Tensor& var, tensorflow::Tensor* average,
+                          tensorflow::Tensor* synced, const MovingAverageStep<ComputeT<T>>& step);
 };
 
 }  // namespace functor
