@@ -133,7 +133,7 @@ def test_bad_shapes_and_dtypes_are_named(what):
 def test_empty_indices_change_nothing():
   table, average, synced = _variables()
   before = [average.numpy(), synced.numpy()]
-  ops.sparse_moving_average(average, synced, table, tf.zeros((0, DIM)), tf.constant([], tf.int32),
-                            count=5, ema_momentum=EMA_MOMENTUM)
+  ops.sparse_moving_average(average, synced, table, tf.constant([], tf.int32), count=5,
+                            ema_momentum=EMA_MOMENTUM)
   np.testing.assert_array_equal(average.numpy(), before[0])
   np.testing.assert_array_equal(synced.numpy(), before[1])

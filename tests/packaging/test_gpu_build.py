@@ -95,7 +95,7 @@ OPS = {
     "TfOptOps>ResourceSparseApplyClippyAdagrad": (
         ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
          "absolute_threshold"), True),
-    "TfOptOps>ResourceSparseApplyLazyMovingAverage": (("count", "ema_momentum", "momentum"), True),
+    "TfOptOps>ResourceSparseApplyLazyMovingAverage": (("count", "ema_momentum"), True),
 }
 
 
