@@ -173,7 +173,7 @@ GPU_PY ?= $(shell [ -x $(VENV)/bin/python ] && echo $(VENV)/bin/python || echo p
 GPU_CHECK_DIR := gpu_check/build
 GPU_CHECK_LIB := $(GPU_CHECK_DIR)/libtfo_gpu_check.so
 GPU_CHECK_SRCS := sparse_rows.cu.cc lazy_adam_kernels.cu.cc clippy_adagrad_kernels.cu.cc \
-	rowwise_adagrad_kernels.cu.cc capi.cu.cc
+	rowwise_adagrad_kernels.cu.cc moving_average_kernels.cu.cc capi.cu.cc
 GPU_CHECK_HDRS := tf_opt_ops/core/gpu_launchers.h tf_opt_ops/core/gpu_kernel_util.cu.h \
 	tf_opt_ops/core/optimizer_math.h $(CUDA_COPTS_FILE)
 comma := ,

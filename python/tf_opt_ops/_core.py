@@ -264,38 +264,40 @@ def caught_up_average(values, average, synced, count, ema_momentum):
   return values + decay * (average - values)
 
 
-def moving_average_update(var, average, synced, count, grad, ema_momentum, momentum, update):
-  """Runs `update()` (the update of `var` by `grad`) and this step's EMA of the rows it changes.
+def moving_average_update(var, average, synced, count, grad, ema_momentum, update):
+  """Brings the average of the rows `grad` is about to change up to date, then runs `update()`
+  (the update of `var` by `grad`), returning what it returns.
 
   The base class moves every row's average each step; here a row's average is
   kept as of its last change (`synced`: the number of EMA steps applied then,
-  `count`: those applied so far) and brought up to date where the row changes
-  (`caught_up_average`) or is read (`sync_moving_average`), so a step touches
-  the rows of a sparse `grad` only. `momentum` is this step's (the base
-  class's: Keras 3's is 0 at its first step); `ema_momentum` that of the
-  steps before. Returns what `update()` returns.
+  `count`: those applied so far) and brought up to date just before the row
+  changes (`caught_up_average`) or is read (`sync_moving_average`), so a step
+  touches the rows of a sparse `grad` only. This step's own EMA move toward the
+  updated row is one more step the row then missed, which the next catch-up
+  takes. A sparse `grad` outside XLA runs one fused op (XLA has no kernel for
+  it); the other cases, these TensorFlow ops.
   """
   rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
-
-  def read(x):
-    return x.read_value() if rows is None else tf.gather(x, rows)
-
   applied = count.read_value()
-  caught = caught_up_average(read(var), read(average), read(synced), applied, ema_momentum)
-  with tf.control_dependencies([caught]):
-    result = update()
-  with tf.control_dependencies([] if result is None else [result]):
-    new = read(var)
-  momentum = tf.cast(momentum, var.dtype)
-  value = momentum * caught + (1 - momentum) * new
-  stamp = tf.fill(tf.shape(synced) if rows is None else tf.shape(rows), applied + 1)
-  if rows is None:
-    average.assign(value)
-    synced.assign(stamp)
+  if rows is not None and not _tf_private.in_xla_context():
+    # ema_momentum as the ops below take it: tf.cast to the table's dtype.
+    caught_up = ops.sparse_moving_average(average, synced, var, rows, count=applied,
+                                          ema_momentum=tf.cast(ema_momentum, var.dtype),
+                                          dtype=var.dtype)
   else:
-    average.scatter_update(tf.IndexedSlices(value, rows))
-    synced.scatter_update(tf.IndexedSlices(stamp, rows))
-  return result
+
+    def read(x):
+      return x.read_value() if rows is None else tf.gather(x, rows)
+
+    caught = caught_up_average(read(var), read(average), read(synced), applied, ema_momentum)
+    stamp = tf.fill(tf.shape(synced) if rows is None else tf.shape(rows), applied)
+    if rows is None:
+      caught_up = tf.group(average.assign(caught), synced.assign(stamp))
+    else:
+      caught_up = tf.group(_scatter(tf.raw_ops.ResourceScatterUpdate, average, rows, caught),
+                           _scatter(tf.raw_ops.ResourceScatterUpdate, synced, rows, stamp))
+  with tf.control_dependencies([caught_up]):
+    return update()
 
 
 def moving_average_applied(var, average, synced, count, first=None):

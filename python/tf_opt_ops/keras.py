@@ -141,11 +141,10 @@ class _Keras3Mixin:
     on the rows it changes."""
     if not self._lazy_average:
       return update()
-    var, average, synced, count = self._average_state(variable)
-    # The base class's momentum: 0 at the first step, which sets the average to the variable.
-    momentum = tf.cast(tf.not_equal(self.iterations, 0), var.dtype) * self.ema_momentum
-    return _core.moving_average_update(var, average, synced, count, gradient, self.ema_momentum,
-                                       momentum, update)
+    # The base class's first step (momentum 0) sets every average to its variable afterwards
+    # (`_update_model_variables_moving_average`).
+    return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
+                                       update)
 
   def _update_model_variables_moving_average(self, trainable_variables):
     if not self._lazy_average:

@@ -7,7 +7,8 @@ and float32 for every other type (float16/bfloat16 variables compute in float32
 inside the kernels). Duplicate indices are summed inside the kernels; rows not
 named by `indices` are not read or written. Each update's formula is stated
 once, in its op's doc (`tf_opt_ops/ops/lazy_adam_ops.cc`,
-`tf_opt_ops/ops/clippy_adagrad_ops.cc`, `tf_opt_ops/ops/rowwise_adagrad_ops.cc`).
+`tf_opt_ops/ops/clippy_adagrad_ops.cc`, `tf_opt_ops/ops/rowwise_adagrad_ops.cc`,
+`tf_opt_ops/ops/moving_average_ops.cc`).
 """
 
 import tensorflow as tf
@@ -29,6 +30,7 @@ OP_NAMES = (
     "TfOptOps>ResourceApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
+    "TfOptOps>ResourceSparseApplyLazyMovingAverage",
 )
 _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 
@@ -169,4 +171,31 @@ def sparse_rowwise_adagrad(var, accum, grad, indices, *, lr=0.01, epsilon=1e-8, 
       var=_handle(var), accum=_handle(accum), lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
       weight_decay=_scalar(weight_decay, s), grad=grad, indices=indices,
       weight_decay_mode=weight_decay_mode_name(weight_decay_mode), use_locking=use_locking,
+      name=name)
+
+
+def sparse_moving_average(average, synced, var, indices, *, count, ema_momentum, dtype=None,
+                          use_locking=False, name=None):
+  """Brings the moving average of the rows of `var` named by `indices` up to date (each
+  distinct row once).
+
+  The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyMovingAverage`
+  (`tf_opt_ops/ops/moving_average_ops.cc`): run before a step's update of those rows;
+  `average` has `var`'s dtype and shape, `synced` (int32, one per row) the count of EMA
+  steps applied when each row's average was last brought up to date, `count` (int32)
+  those applied so far. `dtype`, the table's, is read from `average` when it is a
+  variable. Returns the op (no outputs).
+  """
+  if dtype is None:
+    dtype = getattr(average, "dtype", None)
+    if dtype is None or tf.as_dtype(dtype) == tf.resource:
+      raise ValueError("sparse_moving_average: pass dtype= (the table's) with a bare resource "
+                       "handle as average.")
+  dtype = tf.as_dtype(dtype)
+  s = scalar_dtype(dtype)
+  # The kernel rounds the momentum to the table's dtype: exact both ways.
+  ema_momentum = tf.cast(tf.cast(_scalar(ema_momentum, s), dtype), s)
+  return load_library().tf_opt_ops_resource_sparse_apply_lazy_moving_average(
+      average=_handle(average), synced=_handle(synced), var=_handle(var), indices=indices,
+      count=tf.cast(count, tf.int32), ema_momentum=ema_momentum, T=dtype, use_locking=use_locking,
       name=name)

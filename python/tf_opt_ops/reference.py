@@ -316,6 +316,35 @@ def sparse_clippy_adagrad(var, accum, grad, indices, dtype, **hyper):
   return var, accum, scale
 
 
+# ------------------------------------------------------ lazy moving average
+def _round_to(x, dtype):
+  """x (compute type) rounded to `dtype` and back: RoundTo."""
+  return load(store(x, dtype), dtype)
+
+
+def sparse_moving_average(average, synced, var, indices, dtype, *, count, ema_momentum):
+  """The lazy moving average of the distinct rows of `indices` brought up to date (op
+  ResourceSparseApplyLazyMovingAverage), before the step's update of `var`: (average,
+  synced). Every operation is rounded to `dtype`, ema_momentum first; ema_momentum^k is
+  taken in float64."""
+  C = compute_type(dtype)
+  average, synced = _stored_copy(average), np.array(synced, np.int32)
+  dim = average.size // average.shape[0] if average.shape[0] else 0
+  average2 = average.reshape(-1, dim)
+  var2 = load(_stored_copy(var), dtype).reshape(-1, dim)
+  rows = np.unique(np.asarray(indices, np.int64))
+  with np.errstate(over="ignore"):
+    missed = (np.int32(count) - synced[rows]).astype(np.int32)
+  steps = _round_to(missed.astype(C), dtype)
+  ema_m = _round_to(C(ema_momentum), dtype)
+  decay = _round_to(np.power(np.float64(ema_m), steps.astype(np.float64)).astype(C), dtype)
+  w = var2[rows]
+  gap = _round_to(load(average2[rows], dtype) - w, dtype)
+  average2[rows] = store(w + _round_to(decay[:, None] * gap, dtype), dtype)
+  synced[rows] = np.int32(count)
+  return average, synced
+
+
 # ------------------------------------------------------------ row-wise Adagrad
 WEIGHT_DECAY_MODES = ("none", "l2", "decoupled")
 

@@ -102,7 +102,7 @@ class _TfKerasMixin:
     if not self._lazy_average:
       return update()
     return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
-                                       self.ema_momentum, update)
+                                       update)
 
   def _update_model_variables_moving_average(self, var_list):
     if not self._lazy_average:

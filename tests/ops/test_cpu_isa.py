@@ -4,7 +4,8 @@ Each level this machine runs (avx, and avx2 / avx512 where the CPU has them) com
 dtype x light-state layout (row-wise Adagrad's tables and weight decay modes too), a few of them
 inside XLA (whose custom calls run the same dispatched loops), random cases with special values,
 and every float16 conversion in a fresh process forced to it with TF_OPT_OPS_CPU_ISA; the
-outputs must be identical bit for bit across levels, equal `reference.py`'s, and convert float16 as Eigen's software conversion does.
+outputs must be identical bit for bit across levels, equal `reference.py`'s, and convert float16
+as Eigen's software conversion does.
 Why: see docs/design.md, "Instruction sets".
 """
 

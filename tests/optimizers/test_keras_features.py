@@ -315,6 +315,8 @@ def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mo
 EMA_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no EMA
 EMA_MOMENTUM = 0.8
 EMA_STEPS = 5
+# The fused op of the sparse rows' EMA outside XLA (inside, TensorFlow's ops).
+EMA_OP = "TfOptOps>ResourceSparseApplyLazyMovingAverage"
 
 
 def _average_variables(opt):
@@ -373,6 +375,7 @@ def test_ema_is_stocks_and_touches_the_updated_rows(flavor, opt_name, overwrite,
   np.testing.assert_allclose(bias.numpy(), stock.averages[1], **FLOAT32_TOL)
   if mode == "function":
     _assert_graph_stays_sparse(step, opt_name, _batches()[0])
+    assert EMA_OP in _graph_op_types(step, *map(tf.constant, _batches()[0]))
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
@@ -459,6 +462,7 @@ def test_ema_with_gradient_accumulation_is_stocks_and_stays_lazy(opt_name, overw
   np.testing.assert_allclose(bias.numpy(), averages[1], **FLOAT32_TOL)
   if mode == "function":
     _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
+    assert EMA_OP in _graph_op_types(step, *map(tf.constant, _micro_batches()[0]))
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)

@@ -96,6 +96,7 @@ OPS = {
         ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
          "absolute_threshold"), True),
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad": (("lr", "epsilon", "weight_decay"), True),
+    "TfOptOps>ResourceSparseApplyLazyMovingAverage": (("count", "ema_momentum"), True),
 }
 
 
@@ -330,7 +331,7 @@ def test_gpu_check_build_uses_the_bazel_clang_flags_and_archs():
   compiles = [
       shlex.split(line) for line in out.splitlines() if line.startswith("cudaclang -c -x cuda ")
   ]
-  assert len(compiles) == 5, out  # four kernel files and the C API
+  assert len(compiles) == 6, out  # five kernel files and the C API
   # The lazy CUDA runtime is in the library too, as in the .so.
   assert "cudaclang -c -x c++" in out and "tf_opt_ops/platform/cuda_runtime_stub.cc" in out, out
   copts = cuda_copts()

@@ -99,6 +99,14 @@ int SparseApplyClippyAdagrad(DType dtype, DType accum_dtype, const SparseRows& r
 int SparseApplyRowwiseAdagrad(DType dtype, const SparseRows& rows, const void* grad, void* var,
                               void* accum, const RowwiseAdagradStep<double>& step, void* scratch,
                               size_t scratch_bytes, void* stream, IndexError* index_error);
+// The lazy moving average (the ResourceSparseApplyLazyMovingAverage op's
+// update rule): the index check of SparseApplyLazyAdam, then each distinct
+// row's average (type `dtype`, as var) brought up to date once, and its
+// synced count (int32) set.
+int SparseApplyLazyMovingAverage(DType dtype, const SparseRows& rows, const void* var,
+                                 void* average, int32_t* synced,
+                                 const MovingAverageStep<double>& step, void* scratch,
+                                 size_t scratch_bytes, void* stream, IndexError* index_error);
 
 // Writes 1 into `scale` (device; float, or double for kDouble): the scale of
 // a step that touched nothing.

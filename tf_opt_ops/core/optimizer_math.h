@@ -449,6 +449,78 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF
   }
 }
 
+// ------------------------------------------------- lazy moving average (EMA)
+// The average of a table's rows, kept lazily (see the
+// ResourceSparseApplyLazyMovingAverage doc): a row's average is brought up
+// to date only where the row is about to change. Each operation is rounded to
+// the table's type T, as the same TensorFlow ops in dtype T round (a no-op for
+// float and double), so a 16-bit table's average gets the numbers of the
+// TensorFlow ops it replaces.
+template <typename C>
+struct MovingAverageStep {
+  C ema_momentum;  // rounded to T
+  int32_t count;   // the EMA steps applied so far
+};
+
+// The one conversion of MovingAverageStep between compute types (as CastStep
+// above).
+template <typename To, typename From>
+TF_OPT_OPS_HOST_DEVICE MovingAverageStep<To> CastStep(const MovingAverageStep<From>& s) {
+  return MovingAverageStep<To>{static_cast<To>(s.ema_momentum), s.count};
+}
+
+// x stored as T, rounded to nearest even (as Store; bfloat16 from the bits).
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE T StoreRounded(C x) {
+  if constexpr (std::is_same_v<T, C>) {
+    return x;
+  } else {
+    return StoreNearest<T>(x);
+  }
+}
+
+// x rounded to T and back to the compute type C (nothing to do for C == T).
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
+  return Load<C>(StoreRounded<T, C>(x));
+}
+
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE MovingAverageStep<C> MakeMovingAverageStep(C ema_momentum, int32_t count) {
+  return MovingAverageStep<C>{RoundTo<T, C>(ema_momentum), count};
+}
+
+// ema_momentum^k for the k = count - synced steps a row missed (int32
+// arithmetic, k rounded to T), in double rounded to T: one formula on the
+// host and the device, so both agree but in the rarest ties.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C MovingAverageDecay(const MovingAverageStep<C>& s, int32_t synced) {
+  const int32_t missed =
+      static_cast<int32_t>(static_cast<uint32_t>(s.count) - static_cast<uint32_t>(synced));
+  const double steps = static_cast<double>(RoundTo<T, C>(static_cast<C>(missed)));
+#if defined(__CUDA_ARCH__)
+  const double decay = pow(static_cast<double>(s.ema_momentum), steps);
+#else
+  const double decay = std::pow(static_cast<double>(s.ema_momentum), steps);
+#endif
+  return RoundTo<T, C>(static_cast<C>(decay));
+}
+
+// One element of a row brought up to date: var + decay * (average - var),
+// `decay` the row's MovingAverageDecay.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void MovingAverageElement(T* average, const T& var, C decay) {
+  const C w = Load<C>(var);
+  *average = StoreRounded<T, C>(w + RoundTo<T, C>(decay * RoundTo<T, C>(Load<C>(*average) - w)));
+}
+
+// One row of `n` elements.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void MovingAverageRow(T* TF_OPT_OPS_RESTRICT average,
+                                             const T* TF_OPT_OPS_RESTRICT var, int64_t n, C decay) {
+  for (int64_t j = 0; j < n; ++j) MovingAverageElement<T, C>(average + j, var[j], decay);
+}
+
 // ---------------------------------------------------------- Clippy Adagrad
 // Two passes over the touched elements (see the ResourceApplyClippyAdagrad
 // doc): the first finds the per-variable clipping scale (a min-reduction),

@@ -1,0 +1,139 @@
+"""The lazy moving average (op ResourceSparseApplyLazyMovingAverage) against the NumPy reference.
+
+The kernel must match `reference.sparse_moving_average` bit for bit on every table dtype,
+with duplicate indices (each row brought up to date once), rows never touched (never read or
+written) and rows that missed several steps; and the lazy average, every row brought up to
+date, must be the stock EMA that moves every row every step. Why: see docs/optimizers.md,
+"Keras features at sparse cost".
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_opt_ops import ops
+from tf_opt_ops import reference
+
+ROWS, DIM = 13, 37
+# Steps of a table whose rows change where the indices name them: row 3 repeats within a
+# step, rows 6 and 8 are never named, row 11 misses several steps between its changes.
+STEP_INDICES = [[3, 0, 3, 7, 3], [11, 5, 0], [7, 7], [2, 9, 4, 9, 1, 12], [3], [11, 3, 11]]
+UNTOUCHED_ROWS = [6, 8]
+EMA_MOMENTUM = 0.8
+
+
+def _tensor(stored, dtype):
+  """A tensor of the reference's stored values (bfloat16 as bits)."""
+  stored = np.asarray(stored)
+  if dtype == "bfloat16":
+    return tf.constant(stored.view(ml_dtypes.bfloat16))
+  return tf.constant(stored)
+
+
+def _stored(variable, dtype):
+  value = variable.numpy()
+  return value.view(np.uint16) if dtype == "bfloat16" else value
+
+
+def _run_steps(dtype, index_dtype, mode):
+  """Runs STEP_INDICES through the op and the reference, each step bringing the named rows'
+  averages up to date and then changing those rows of the table; checks every step's average
+  and synced bit for bit."""
+  rng = np.random.default_rng(3)
+  table0 = reference.random_values(rng, (ROWS, DIM), dtype)
+  average0 = reference.random_values(rng, (ROWS, DIM), dtype)
+  table, average = tf.Variable(_tensor(table0, dtype)), tf.Variable(_tensor(average0, dtype))
+  synced = tf.Variable(tf.zeros([ROWS], tf.int32))
+  ref_table, ref_average, ref_synced = table0.copy(), average0.copy(), np.zeros(ROWS, np.int32)
+
+  def apply(indices, count):
+    ops.sparse_moving_average(average, synced, table, indices, count=count,
+                              ema_momentum=EMA_MOMENTUM)
+
+  run = apply if mode == "eager" else tf.function(apply)
+  for count, step_indices in enumerate(STEP_INDICES):
+    indices = np.array(step_indices, index_dtype)
+    run(tf.constant(indices), tf.constant(count, tf.int32))
+    ref_average, ref_synced = reference.sparse_moving_average(ref_average, ref_synced, ref_table,
+                                                              indices, dtype, count=count,
+                                                              ema_momentum=EMA_MOMENTUM)
+    np.testing.assert_array_equal(_stored(average, dtype), ref_average, err_msg=f"step {count}")
+    np.testing.assert_array_equal(synced.numpy(), ref_synced, err_msg=f"step {count}")
+    np.testing.assert_array_equal(_stored(average, dtype)[UNTOUCHED_ROWS], average0[UNTOUCHED_ROWS])
+    changed = np.unique(indices)
+    ref_table[changed] = reference.random_values(rng, (len(changed), DIM), dtype)
+    table.scatter_update(tf.IndexedSlices(_tensor(ref_table[changed], dtype), changed))
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", reference.DTYPES)
+def test_op_matches_the_reference_bit_for_bit(dtype, index_dtype, mode):
+  _run_steps(dtype, index_dtype, mode)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lazy_average_brought_up_to_date_is_the_stock_average(dtype):
+  """Stock EMA moves every row every step, after the step's update; the lazy one, each row
+  brought up to date before it changes and, at the end, every row, gives the same numbers to
+  float rounding."""
+  rng = np.random.default_rng(3)
+  C = reference.compute_type(dtype)
+  table = reference.random_values(rng, (ROWS, DIM), dtype)
+  stock = table.astype(C)  # Keras 3's first step sets every average to its variable
+  lazy, synced = table.copy(), np.ones(ROWS, np.int32)
+  m = C(EMA_MOMENTUM)
+  for count, step_indices in enumerate(STEP_INDICES, start=1):
+    lazy, synced = reference.sparse_moving_average(lazy, synced, table, step_indices, dtype,
+                                                   count=count, ema_momentum=EMA_MOMENTUM)
+    changed = np.unique(step_indices)
+    table = table.copy()
+    table[changed] = reference.random_values(rng, (len(changed), DIM), dtype)
+    stock = m * stock + (C(1) - m) * table.astype(C)
+  lazy, _ = reference.sparse_moving_average(lazy, synced, table, np.arange(ROWS), dtype,
+                                            count=len(STEP_INDICES) + 1, ema_momentum=EMA_MOMENTUM)
+  tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-13)
+  np.testing.assert_allclose(lazy, stock, **tolerance)
+
+
+def _variables(dtype=tf.float32):
+  table = tf.Variable(tf.random.stateless_uniform((ROWS, DIM), seed=(1, 2), dtype=dtype))
+  average = tf.Variable(tf.random.stateless_uniform((ROWS, DIM), seed=(3, 4), dtype=dtype))
+  synced = tf.Variable(tf.range(ROWS, dtype=tf.int32))
+  return table, average, synced
+
+
+def test_bad_index_names_it_and_writes_nothing():
+  table, average, synced = _variables()
+  before = [average.numpy(), synced.numpy()]
+  indices = tf.constant([1, ROWS + 3, 4])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"):
+    ops.sparse_moving_average(average, synced, table, indices, count=5, ema_momentum=EMA_MOMENTUM)
+  np.testing.assert_array_equal(average.numpy(), before[0])
+  np.testing.assert_array_equal(synced.numpy(), before[1])
+
+
+@pytest.mark.parametrize("what", ["synced", "average"])
+def test_bad_shapes_and_dtypes_are_named(what):
+  table, average, synced = _variables()
+  match = {"synced": r"synced", "average": r"var has dtype double"}[what]
+  if what == "synced":
+    synced = tf.Variable(tf.zeros([ROWS + 1], tf.int32))
+  else:
+    table = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
+  before = average.numpy()
+  with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+    ops.sparse_moving_average(average, synced, table, tf.constant([1, 2]), count=5,
+                              ema_momentum=EMA_MOMENTUM)
+  np.testing.assert_array_equal(average.numpy(), before)
+
+
+def test_empty_indices_change_nothing():
+  table, average, synced = _variables()
+  before = [average.numpy(), synced.numpy()]
+  ops.sparse_moving_average(average, synced, table, tf.constant([], tf.int32), count=5,
+                            ema_momentum=EMA_MOMENTUM)
+  np.testing.assert_array_equal(average.numpy(), before[0])
+  np.testing.assert_array_equal(synced.numpy(), before[1])

@@ -1,0 +1,133 @@
+// Lazy moving average: OpKernel (validation, locking), the CPU functor, and
+// the GPU functor calling the launcher of moving_average_kernels.cu.cc.
+#define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
+#if GOOGLE_CUDA
+#define EIGEN_USE_GPU  // Eigen::GpuDevice, for the op's stream
+#endif
+
+#include "tf_opt_ops/kernels/moving_average_kernels.h"
+
+#include <type_traits>
+
+#include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
+#include "tf_opt_ops/core/cpu_moving_average.h"
+#include "tf_opt_ops/core/moving_average_interface.h"
+#include "tf_opt_ops/kernels/gpu_glue.h"
+#include "tf_opt_ops/kernels/kernel_registration.h"
+#include "tf_opt_ops/kernels/op_inputs.h"
+
+namespace tf_opt_ops {
+namespace functor {
+
+template <typename T, typename Tindex>
+struct SparseApplyLazyMovingAverage<CPUDevice, T, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& var,
+                          Tensor* average, Tensor* synced,
+                          const MovingAverageStep<ComputeT<T>>& step) {
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    const int64_t num_rows = average->dim_size(0);
+    const cpu::MovingAverageRows<Tindex> rows{indices.flat<Tindex>().data(), indices.NumElements(),
+                                              num_rows,
+                                              num_rows > 0 ? average->NumElements() / num_rows : 0};
+    return cpu::SparseApplyLazyMovingAverage<T, Tindex>(pool, rows, var.flat<T>().data(),
+                                                        average->flat<T>().data(),
+                                                        synced->flat<int32_t>().data(), step);
+  }
+};
+
+#if GOOGLE_CUDA
+// Index check first (one stream synchronization, before any write), then
+// the distinct rows on the device.
+template <typename T, typename Tindex>
+struct SparseApplyLazyMovingAverage<GPUDevice, T, Tindex> {
+  absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& var,
+                          Tensor* average, Tensor* synced,
+                          const MovingAverageStep<ComputeT<T>>& step) {
+    const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *average);
+    return LaunchSparse<T>(ctx, rows, "SparseApplyLazyMovingAverage",
+                           [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
+                             return gpu::SparseApplyLazyMovingAverage(
+                                 GpuDType<T>(), rows, var.data(), average->data(),
+                                 static_cast<int32_t*>(synced->data()), CastStep<double>(step),
+                                 scratch, bytes, stream, bad);
+                           });
+  }
+};
+#endif  // GOOGLE_CUDA
+
+}  // namespace functor
+
+namespace {
+
+// average must be at least 1-D (indices name its rows); indices a vector.
+absl::Status ValidateRows(const TensorShape& average, const TensorShape& indices) {
+  if (!TensorShapeUtils::IsVectorOrHigher(average)) {
+    return InvalidArgument("average must be at least 1-D, got ", average.DebugString(),
+                           ": indices name its rows.");
+  }
+  if (!TensorShapeUtils::IsVector(indices)) {
+    return InvalidArgument("indices must be a vector, got shape ", indices.DebugString());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Op ResourceSparseApplyLazyMovingAverage.
+template <typename Device, typename T, typename Tindex>
+class SparseApplyLazyMovingAverageOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyLazyMovingAverageOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace moving_average;  // NOLINT: the input names
+    LockedVariables<Device, T> vars;
+    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
+    OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true,
+                                     {kLockOrder, kLockOrder + kNumVariables},
+                                     {kVariableNames, kVariableNames + kNumVariables},
+                                     {t, t, tensorflow::DT_INT32}, kSyncedSlot));
+    int32_t count = 0;
+    C ema_momentum;
+    OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kScalarNames[0], &count));
+    OP_REQUIRES_OK(ctx, ReadScalar<C>(ctx, kEmaMomentum, kScalarNames[1], &ema_momentum));
+    Tensor* average = vars.tensor(0);
+    const Tensor& indices = ctx->input(kIndices);
+    OP_REQUIRES_OK(ctx, ValidateRows(average->shape(), indices.shape()));
+    if (indices.NumElements() == 0) return;
+    OP_REQUIRES_OK(ctx, functor::SparseApplyLazyMovingAverage<Device, T, Tindex>()(
+                            ctx, indices, *vars.tensor(1), average, vars.tensor(2),
+                            MakeMovingAverageStep<T, C>(ema_momentum, count)));
+  }
+
+ private:
+  bool use_locking_;
+};
+
+// The kernels for tables of half, bfloat16, float and double, with both index
+// types; on GPUs the scalars are read from host memory.
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
+      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyMovingAverage"),                            \
+               !std::is_same_v<Device, CPUDevice>, moving_average::kScalarNames, /*step=*/false) \
+          .TypeConstraint<T>("T")                                                                \
+          .TypeConstraint<Tindex>("Tindices"),                                                   \
+      SparseApplyLazyMovingAverageOp<Device, T, Tindex>);
+#define TF_OPT_OPS_REGISTER_T(Device, T) \
+  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
+#define TF_OPT_OPS_REGISTER_CPUDevice(T) TF_OPT_OPS_REGISTER_T(CPUDevice, T)
+TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPUDevice)
+#undef TF_OPT_OPS_REGISTER_CPUDevice
+#if GOOGLE_CUDA
+#define TF_OPT_OPS_REGISTER_GPUDevice(T) TF_OPT_OPS_REGISTER_T(GPUDevice, T)
+TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPUDevice)
+#undef TF_OPT_OPS_REGISTER_GPUDevice
+#endif  // GOOGLE_CUDA
+#undef TF_OPT_OPS_REGISTER_T
+#undef TF_OPT_OPS_REGISTER
+
+}  // namespace tf_opt_ops
