@@ -213,14 +213,18 @@ def test_xla_report_renders_every_variant():
   assert "| 1,000×8, B=10 | 2 (2–2) | 2.2 (2.2–2.2) | 20 (20–20) | 1.10× | 10.0× |" in table
 
 
-def test_features_quick_mode_times_every_feature_on_every_api_that_offers_it(tmp_path):
+def test_features_at_a_given_size_times_every_feature_on_every_api_that_offers_it(tmp_path):
+  """Each configuration in a subprocess of its own, at the size the options give."""
   import math
 
-  bench.main(["--features", "--quick", "--rounds", "2", "--out", str(tmp_path)])
-  table = (tmp_path / "features.md").read_text()
+  bench.main([
+      "--features", "--rows", "4000", "--dim", "8", "--batch", "256", "--rounds", "2", "--out",
+      str(tmp_path)
+  ])
+  table = (tmp_path / "features_4000x8_b256.md").read_text()
   rows = [line for line in table.splitlines() if line.startswith("| ") and "×" in line]
   want = {(api, name) for name, (_, apis) in bench.FEATURES.items() for api in apis}
-  (case,) = [c.label for c in bench.feature_cases(quick=True)]
+  case = bench.AdamCase(4000, 8, 256).label
   got = set()
   for row in rows:
     cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -232,3 +236,10 @@ def test_features_quick_mode_times_every_feature_on_every_api_that_offers_it(tmp
       assert math.isfinite(value) and value > 0, row
   assert got == want
   assert len(rows) == len(want)
+
+
+def test_features_size_options_go_together():
+  with pytest.raises(SystemExit):
+    bench.main(["--features", "--rows", "4000", "--dim", "8"])
+  with pytest.raises(SystemExit):
+    bench.main(["--rows", "4000", "--dim", "8", "--batch", "256"])

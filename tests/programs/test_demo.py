@@ -84,13 +84,16 @@ def check_curve(run, evaluations):
 
 
 @pytest.mark.slow
-def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
+@pytest.mark.parametrize("features", [False, True])
+def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys, features):
+  """The table and plot; with --features, a third run: LazyAdam with global_clipnorm, weight
+  decay and EMA on the tables, its final point the averages that fit writes into the model."""
   out = tmp_path / "out"
   code = recommender.main([
       "--users", "2000", "--items", "500", "--examples", "60000", "--epochs", "2", "--batch-size",
       "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--out",
       str(out)
-  ])
+  ] + (["--features"] if features else []))
   assert code == 0
   printed = capsys.readouterr().out
   assert ("| run | best AUC (at s) | final AUC | best log loss (at s) | final log loss "
@@ -98,9 +101,11 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
   assert f"plot: {out / 'demo.png'}" in printed
   with open(out / "results.json") as f:
     result = json.load(f)
-  router, adam = result["runs"]
+  router, *featured, adam = result["runs"]
   assert router["name"].startswith("tf_opt_ops MultiOptimizer") and adam["name"] == "Keras Adam"
-  for run in (router, adam):
+  assert [r["name"] for r in featured] == ([recommender.FEATURES_RUN] if features else [])
+  assert "global_clipnorm=1.0, weight_decay=0.004, use_ema=True" in recommender.FEATURES_RUN
+  for run in (router, *featured, adam):
     assert set(run) == {
         "name", "auc", "log_loss", "best_auc", "best_auc_seconds", "best_log_loss",
         "best_log_loss_seconds", "mean_step_ms", "examples_per_second", "curve"
@@ -113,10 +118,19 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys):
     assert run["mean_step_ms"] > 0 and run["examples_per_second"] > 0
     assert 0 < run["log_loss"] < 1
     check_curve(run, evaluations=1 + 2 * 4)  # at the start, then 4 per epoch
-  assert router["auc"] > 0.6, router  # planted data: clearly better than chance
+  for run in (router, *featured):
+    assert run["auc"] > 0.6, run  # planted data: clearly better than chance
   with open(out / "demo.png", "rb") as f:
     assert f.read(8) == PNG_MAGIC
   assert os.path.getsize(out / "demo.png") > 10_000
+
+
+def test_features_need_keras_or_tf_keras_on_one_device(capsys):
+  for argv in (["--flavor", "legacy"], ["--strategy", "parameter-server"]):
+    with pytest.raises(SystemExit):
+      recommender.parse_args(["--features", *argv])
+    assert "--features needs --flavor keras or tf_keras on one device" in capsys.readouterr().err
+  assert recommender.parse_args(["--features", "--flavor", "tf_keras"]).features
 
 
 def test_cluster_strategies_need_a_tf_keras_flavor(capsys):
