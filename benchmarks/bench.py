@@ -426,6 +426,7 @@ def bench_feature(case, api, options, rounds, seed=0):
       "stock": _apply_gradients_step(stock_adam(learning_rate=0.001, **options), variable(init),
                                      case),
   }
+  del init  # a table's worth of memory
   times = time_interleaved(variants, steps, rounds)
   result = {name: summary(samples) for name, samples in times.items()}
   # Ratios within each round (the rounds alternate the variants), then their median: a round's
@@ -448,9 +449,16 @@ def bench_features(cases, rounds):
           continue
         print(f"{name} on {api}, {case.label} ...", flush=True)
         job = dict(case=dataclasses.asdict(case), api=api, feature=name, rounds=rounds)
-        results.setdefault(case.label, {}).setdefault(api, {})[name] = run_json_worker(
-            "benchmarks.bench", ["--features-worker", json.dumps(job)], env, "FEATURES_JSON ",
-            f"the features benchmark subprocess ({name} on {api}, {case.label})")
+        try:
+          result = run_json_worker(
+              "benchmarks.bench", ["--features-worker", json.dumps(job)], env, "FEATURES_JSON ",
+              f"the features benchmark subprocess ({name} on {api}, {case.label})")
+        except RuntimeError as e:
+          # One configuration out of memory leaves the others' results standing.
+          print(e, flush=True)
+          result = {"failed": str(e).splitlines()[0]}
+        results.setdefault(case.label, {}).setdefault(api, {})[name] = result
+        print(render_features({case.label: {api: {name: result}}}).splitlines()[-1], flush=True)
   return results
 
 
@@ -471,6 +479,9 @@ def render_features(results):
   for label, by_api in results.items():
     for api, by_feature in by_api.items():
       for name, r in by_feature.items():
+        if "failed" in r:
+          lines.append(f"| {label} | {api} | {name} | {r['failed']} | | | | |")
+          continue
         lines.append(f"| {label} | {api} | {name} | {fmt(r['bare'])} | {fmt(r['ours'])} | "
                      f"{fmt(r['stock'])} | {r['ours_over_bare']:.2f}× | "
                      f"{r['stock_over_ours']:.1f}× |")
