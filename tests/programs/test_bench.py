@@ -243,3 +243,21 @@ def test_features_size_options_go_together():
     bench.main(["--features", "--rows", "4000", "--dim", "8"])
   with pytest.raises(SystemExit):
     bench.main(["--rows", "4000", "--dim", "8", "--batch", "256"])
+
+
+def test_features_report_keeps_the_other_rows_of_a_failed_configuration():
+  timing = lambda ms: {"median_ms": ms, "min_ms": ms, "max_ms": ms}  # noqa: E731
+  table = bench.render_features({
+      "1,000×8, B=10": {
+          "keras3": {
+              "clipnorm": {
+                  "bare": timing(2.0), "ours": timing(3.0), "stock": timing(30.0),
+                  "ours_over_bare": 1.5, "stock_over_ours": 10.0
+              },
+              "use_ema": {"failed": "the subprocess failed (exit -9):"},
+          }
+      }
+  })
+  timed = "| 1,000×8, B=10 | keras3 | clipnorm | 2 (2–2) | 3 (3–3) | 30 (30–30) | 1.50× | 10.0× |"
+  assert timed in table
+  assert "| 1,000×8, B=10 | keras3 | use_ema | the subprocess failed (exit -9): | | | | |" in table
