@@ -5,6 +5,7 @@
     python -m benchmarks.bench --light   # only sparse lazy Adam by slot layout
     python -m benchmarks.bench --features  # LazyAdam with each Keras optimizer feature
     python -m benchmarks.bench --rowwise   # row-wise Adagrad against FBGEMM's CPU step
+    python -m benchmarks.bench --features --rows 1000000 --dim 128 --batch 131072  # one size
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
@@ -610,6 +611,7 @@ def bench_feature(case, api, options, rounds, seed=0):
       "stock": _apply_gradients_step(stock_adam(learning_rate=0.001, **options), variable(init),
                                      case),
   }
+  del init  # a table's worth of memory
   times = time_interleaved(variants, steps, rounds)
   result = {name: summary(samples) for name, samples in times.items()}
   # Ratios within each round (the rounds alternate the variants), then their median: a round's
@@ -620,20 +622,36 @@ def bench_feature(case, api, options, rounds, seed=0):
 
 
 def bench_features(cases, rounds):
-  """{case label: {api: {feature: bench_feature's result}}}, each configuration's tables freed
-  before the next allocates its own."""
+  """{case label: {api: {feature: bench_feature's result}}}, each configuration in a process of
+  its own: one process does not give the earlier configurations' tables back (at 1,000,000×128
+  they filled the machine's memory)."""
   results = {}
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   for case in cases:
     for api in FEATURE_APIS:
-      for name, (options, apis) in FEATURES.items():
+      for name, (_, apis) in FEATURES.items():
         if api not in apis:
           continue
         print(f"{name} on {api}, {case.label} ...", flush=True)
-        results.setdefault(case.label,
-                           {}).setdefault(api,
-                                          {})[name] = bench_feature(case, api, options, rounds)
-        gc.collect()
+        job = dict(case=dataclasses.asdict(case), api=api, feature=name, rounds=rounds)
+        try:
+          result = run_json_worker(
+              "benchmarks.bench", ["--features-worker", json.dumps(job)], env, "FEATURES_JSON ",
+              f"the features benchmark subprocess ({name} on {api}, {case.label})")
+        except RuntimeError as e:
+          # One configuration out of memory leaves the others' results standing.
+          print(e, flush=True)
+          result = {"failed": str(e).splitlines()[0]}
+        results.setdefault(case.label, {}).setdefault(api, {})[name] = result
+        print(render_features({case.label: {api: {name: result}}}).splitlines()[-1], flush=True)
   return results
+
+
+def features_worker(job):
+  """Runs in a subprocess of `bench_features`: one configuration; prints JSON results."""
+  result = bench_feature(AdamCase(**job["case"]), job["api"], FEATURES[job["feature"]][0],
+                         job["rounds"])
+  print("FEATURES_JSON " + json.dumps(result))
 
 
 def render_features(results):
@@ -646,6 +664,9 @@ def render_features(results):
   for label, by_api in results.items():
     for api, by_feature in by_api.items():
       for name, r in by_feature.items():
+        if "failed" in r:
+          lines.append(f"| {label} | {api} | {name} | {r['failed']} | | | | |")
+          continue
         lines.append(f"| {label} | {api} | {name} | {fmt(r['bare'])} | {fmt(r['ours'])} | "
                      f"{fmt(r['stock'])} | {r['ours_over_bare']:.2f}× | "
                      f"{r['stock_over_ours']:.1f}× |")
@@ -951,8 +972,9 @@ ONLY_MODES = {
     "xla": "Keras 3 LazyAdam with and without XLA (out/xla.md)",
     "optimizer": "the lazy Adam cases timed through the Keras 3 optimizers (out/optimizer.md)",
     "light": "sparse lazy Adam by slot layout (out/light.md)",
-    "features": "LazyAdam with each Keras optimizer feature, against the bare step and stock Adam "
-                "(out/features.md)",
+    "features":
+        "LazyAdam with each Keras optimizer feature, against the bare step and stock Adam "
+        "(out/features.md; with --rows, --dim, --batch: out/features_<rows>x<dim>_b<batch>.md)",
     "rowwise": "row-wise Adagrad, our op against FBGEMM's CPU step (out/rowwise.md)",
     "isa": "sparse lazy Adam by slot layout at each CPU instruction-set level this machine runs, "
            "each level in its own processes, alternating (out/isa.md)",
@@ -964,8 +986,13 @@ def main(argv=None):
   parser.add_argument("--no-clippy", action="store_true", help="skip the TFRS subprocess")
   for flag, what in ONLY_MODES.items():
     parser.add_argument(f"--{flag}", action="store_true", help=f"only {what}")
+  size = parser.add_argument_group("--features at one size (all three, else its usual cases)")
+  size.add_argument("--rows", type=int, help="table rows")
+  size.add_argument("--dim", type=int, help="table width")
+  size.add_argument("--batch", type=int, help="distinct rows per step")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   parser.add_argument("--isa-worker", help=argparse.SUPPRESS)
+  parser.add_argument("--features-worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (5 if args.quick else 9)
   if args.clippy_worker:
@@ -974,6 +1001,12 @@ def main(argv=None):
   if args.isa_worker:
     isa_worker(AdamCase(**json.loads(args.isa_worker)), rounds)
     return
+  if args.features_worker:
+    features_worker(json.loads(args.features_worker))
+    return
+  sized = (args.rows, args.dim, args.batch)
+  if any(sized) and not (all(sized) and args.features):
+    parser.error("--rows, --dim and --batch go together, with --features")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf
 
@@ -1056,11 +1089,17 @@ def main(argv=None):
     limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
     report = {
         "machine": machine(), "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
-        "bandwidth_limit_gbs": limit, "features": bench_features(feature_cases(args.quick), rounds)
+        "bandwidth_limit_gbs": limit,
+        "features": bench_features([AdamCase(*sized)] if all(sized) else feature_cases(args.quick),
+                                   rounds)
     }
     report["seconds"] = time.time() - started
     write_results(
-        report, os.path.join(args.out, "features"), lambda r:
+        report,
+        os.path.join(
+            args.out,
+            f"features_{args.rows}x{args.dim}_b{args.batch}" if all(sized) else "features"),
+        lambda r:
         (f"{r['machine']}, TensorFlow {r['tf_version']}; bandwidth limit "
          f"{r['bandwidth_limit_gbs']:.1f} GB/s; load average {r['load_average']:.1f} at the "
          f"start.\n\n" + render_features(r["features"])))

@@ -2,7 +2,7 @@
 
     python -m demo.recommender [--data ratings.csv] [--flavor keras|tf_keras|legacy]
         [--out demo_out] [--strategy one-device|parameter-server|multi-worker]
-        [--optimizer lazy_adam|rowwise_adagrad]
+        [--optimizer lazy_adam|rowwise_adagrad] [--features]
 
 Two runs on the same data, seeds and epochs: (1) `MultiOptimizer` with
 `LazyAdam` (or, with --optimizer rowwise_adagrad, `RowwiseAdagrad`) on the
@@ -12,7 +12,12 @@ held-out AUC and log loss, with the training seconds at which each best was
 reached; step time, examples per second, speedup), and writes it as JSON with
 a PNG of held-out AUC and log loss against training wall-clock seconds into
 --out. Held-out numbers, best and final both: the training loss would flatter
-Adam, which overfits the tables after its first epoch.
+Adam, which overfits the tables after its first epoch. The final point is the
+model as `fit` leaves it (with EMA, `fit` ends by writing the averages into it).
+
+--features adds a run between the two: the same MultiOptimizer with the Keras
+optimizer features most used on recommenders on LazyAdam (the embedding
+tables): `global_clipnorm`, `weight_decay` and `use_ema` (FEATURE_OPTIONS).
 
 --strategy parameter-server starts a localhost cluster (2 workers and 2
 parameter servers, `python -m tf_opt_ops.server`), shards every variable over
@@ -196,6 +201,11 @@ def run_name(embedding_optimizer):
           "+ ClippyAdagrad)")
 
 
+# --features: the Keras optimizer features on the embedding tables' LazyAdam.
+FEATURE_OPTIONS = dict(global_clipnorm=1.0, weight_decay=0.004, use_ema=True)
+FEATURES_RUN = ("tf_opt_ops MultiOptimizer, LazyAdam with " +
+                ", ".join(f"{k}={v}" for k, v in FEATURE_OPTIONS.items()))
+
 # The light-state quality study (--light-state): LazyAdam's slot options per run.
 LIGHT_STATE_RUNS = {
     "float32 slots": {},
@@ -303,9 +313,12 @@ def held_out_curve(keras, model, test):
       self._evaluate()
 
     def _evaluate(self):
+      self.points.append((sum(self.epoch_seconds), *self.evaluate()))
+
+    def evaluate(self):
+      """Held-out (AUC, log loss) of the model now."""
       scores = held_out_scores(model, users, items)
-      auc, loss = roc_auc(labels, scores), log_loss(labels, scores)
-      self.points.append((sum(self.epoch_seconds), auc, loss))
+      return roc_auc(labels, scores), log_loss(labels, scores)
 
   return HeldOutCurve()
 
@@ -343,6 +356,8 @@ def train_run(name, flavor, data, args, make_optimizer, strategy=None, verbose=T
   model.fit(training_data(train, args, flavor, strategy), epochs=args.epochs * args.evals_per_epoch,
             steps_per_epoch=steps, verbose=(1 if sys.stdout.isatty() else 2) if verbose else 0,
             callbacks=[curve])
+  # The model as fit leaves it: with EMA, fit ends by writing the averages into the model.
+  curve.points[-1] = (curve.points[-1][0], *curve.evaluate())
   # The first part traces the graph: leave it out of the step time.
   timed = curve.epoch_seconds[1:] or curve.epoch_seconds
   step_seconds = sum(timed) / (len(timed) * steps)
@@ -440,10 +455,18 @@ def parse_args(argv):
       "--light-state", action="store_true",
       help="instead: LazyAdam's slot layouts (float32, bfloat16 with and without stochastic "
       "rounding, row-wise v) over 3 seeds, one device; prints a quality table")
+  parser.add_argument(
+      "--features", action="store_true",
+      help="also a run with global_clipnorm, weight_decay and use_ema on the tables' LazyAdam "
+      "(Keras 3 or tf_keras, one device)")
   parser.add_argument("--multi-worker-task", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.flavor is None:
     args.flavor = "keras" if args.strategy == "one-device" else "tf_keras"
+  if args.features and (args.flavor == "legacy" or args.strategy != "one-device"):
+    parser.error("--features needs --flavor keras or tf_keras on one device: the legacy "
+                 "optimizers have no weight decay or EMA, and under a distribution strategy "
+                 "Keras' own EMA runs")
   if args.strategy != "one-device" and args.flavor not in CLUSTER_FLAVORS:
     parser.error(f"--strategy {args.strategy} needs --flavor tf_keras or legacy: Keras 3 cannot "
                  "train sharded variables, nor run model.fit under MultiWorkerMirroredStrategy")
@@ -529,6 +552,14 @@ def main(argv=None):
         train_run(run_name(args.optimizer), args.flavor, data, args,
                   lambda keras, model: tf_opt_ops_optimizer(args.flavor, model, lr, args.optimizer),
                   strategy, verbose=report),
+    ]
+    if args.features:
+      runs.append(
+          train_run(
+              FEATURES_RUN, args.flavor, data, args,
+              lambda keras, model: tf_opt_ops_optimizer(args.flavor, model, lr, **FEATURE_OPTIONS),
+              strategy, verbose=report))
+    runs += [
         train_run("Keras Adam", args.flavor, data, args,
                   lambda keras, model: adam_optimizer(args.flavor, keras, lr), strategy,
                   verbose=report),

@@ -205,14 +205,75 @@ def decay_weights(var, grad, lr, weight_decay):
   return var.assign_sub(var * weight_decay * lr)
 
 
-def accumulate_rows(accumulator, touched, grad):
-  """Adds sparse `grad` into `accumulator` on its rows and marks them in `touched` ([rows]
-  int32, 1 for a row some micro-step of the window named)."""
+def row_id_dtype(var):
+  """The integer dtype that holds every row id of `var`."""
+  shape = tuple(var.shape)
+  return "int32" if not shape or (shape[0] is not None and shape[0] < 2**31) else "int64"
+
+
+def accumulate_rows(accumulator, row_ids, row_count, grad):
+  """Adds sparse `grad` into `accumulator` on its rows and appends them to the window's row
+  ids (`row_ids[:row_count]`, a row possibly more than once).
+
+  The ids are the window's rows without a pass over every row of the table:
+  appending costs the micro-step's rows only. Where they would not fit (the
+  window named more ids than the table has rows), the ids are deduplicated
+  first, which fits: a table's distinct rows are its row count.
+  """
   values = tf.cast(grad.values, accumulator.dtype)
-  indices = tf.cast(grad.indices, tf.int64)
-  return tf.group(
-      _scatter(tf.raw_ops.ResourceScatterAdd, accumulator, indices, values),
-      _scatter(tf.raw_ops.ResourceScatterUpdate, touched, indices, tf.ones_like(indices, tf.int32)))
+  indices = tf.cast(grad.indices, row_ids.dtype)
+  count = row_count.read_value()
+  end = count + tf.size(indices, out_type=row_ids.dtype)
+
+  def append():
+    return _write_ids(row_ids, row_count, count, indices)
+
+  def deduplicated():
+    kept = tf.unique(tf.concat([_window_ids(row_ids, count), indices], 0)).y
+    return _write_ids(row_ids, row_count, tf.zeros_like(count), kept)
+
+  return tf.group(_add_rows(accumulator, indices, values, tf.equal(count, 0)),
+                  tf.cond(end <= row_ids.shape[0], append, deduplicated))
+
+
+def _add_rows(accumulator, indices, values, empty):
+  """`accumulator[indices[i]] += values[i]` for each i in order, as a scatter-add adds them;
+  `empty`: the accumulator is 0 on every row (the window's first micro-step), so not read.
+
+  Each row's first value is added by a gather and a write of the distinct
+  rows, the rows' later values (duplicates) by a scatter-add: TensorFlow's
+  scatter-add adds row by row, at about twice the cost of the gather and write.
+  """
+  rows, position = tf.unique(indices)
+  first, later = _first_and_later(position, tf.size(rows))
+  # Distinct indices are their rows' first values, in order.
+  firsts = tf.cond(tf.equal(tf.size(rows), tf.size(indices)), lambda: values,
+                   lambda: tf.gather(values, first))
+  sums = tf.cond(empty, lambda: firsts, lambda: tf.gather(accumulator, rows) + firsts)
+  with tf.control_dependencies(
+      [_scatter(tf.raw_ops.ResourceScatterUpdate, accumulator, rows, sums)]):
+    return _scatter(tf.raw_ops.ResourceScatterAdd, accumulator, tf.gather(indices, later),
+                    tf.gather(values, later))
+
+
+def _first_and_later(position, size):
+  """For entries naming slots `position` of `size` slots: each slot's first entry (the
+  largest int32 for a slot none names), and the other entries in order."""
+  entries = tf.range(tf.size(position))
+  first = tf.math.unsorted_segment_min(entries, position, size)
+  later = tf.where(tf.not_equal(tf.gather(first, position), entries))[:, 0]
+  return first, later
+
+
+def _write_ids(row_ids, row_count, start, ids):
+  """Writes `ids` into `row_ids` from position `start` on, and the count they end at; returns
+  that count."""
+  end = start + tf.size(ids, out_type=row_ids.dtype)
+  with tf.control_dependencies(
+      [_scatter(tf.raw_ops.ResourceScatterUpdate, row_ids, tf.range(start, end), ids)]):
+    with tf.control_dependencies(
+        [tf.raw_ops.AssignVariableOp(resource=handle(row_count), value=end)]):
+      return tf.identity(end)
 
 
 def _scatter(op, var, indices, updates):
@@ -221,27 +282,52 @@ def _scatter(op, var, indices, updates):
   return op(resource=handle(var), indices=indices, updates=updates)
 
 
-def window_gradient(accumulator, touched, grad, steps):
-  """The window's average gradient, an `IndexedSlices` of the distinct rows it touched.
+def _window_ids(row_ids, count):
+  """The window's row ids so far, `row_ids[:count]` (a gather: a read of the variable would
+  copy all of it)."""
+  return tf.gather(row_ids, tf.range(count))
 
-  `grad`, the window's last micro-step, is accumulated first; the average is
-  the accumulated rows over `steps`, as Keras 3's `(g + acc) / steps` on those
-  rows (the others are 0 there). Returns (average, its rows).
+
+def window_gradient(accumulator, row_ids, row_count, grad, steps):
+  """The window's average gradient, an `IndexedSlices` of the distinct rows it named.
+
+  `grad` is the window's last micro-step: its rows are added to the earlier
+  micro-steps' sums (as `accumulate_rows` would add them, in order) outside the
+  accumulator, which is read on the window's rows; rows the earlier micro-steps
+  did not name hold 0 there. The average is the sums over `steps`, as Keras 3's
+  `(g + acc) / steps` on those rows (the others are 0 there). Returns (average,
+  the rows the accumulator holds: those to clear).
   """
-  with tf.control_dependencies([accumulate_rows(accumulator, touched, grad)]):
-    rows = tf.where(touched.read_value() > 0)[:, 0]
-  values = tf.gather(accumulator, rows) / tf.cast(steps, accumulator.dtype)
-  return tf.IndexedSlices(values, rows, grad.dense_shape), rows
+  indices = tf.cast(grad.indices, row_ids.dtype)
+  count = row_count.read_value()
+  # The earlier micro-steps' distinct rows first (tf.unique keeps the order of first sight).
+  rows, position = tf.unique(tf.concat([_window_ids(row_ids, count), indices], 0))
+  size = tf.size(rows)
+  held = tf.reduce_max(tf.concat([position[:count] + 1, [0]], 0))
+  values = tf.cast(grad.values, accumulator.dtype)
+  # As `_add_rows` adds them: each row's first value of this micro-step by a gather (a zero
+  # row for rows it does not name), its later ones by a scatter-add.
+  last = position[count:]
+  first, later = _first_and_later(last, size)
+  row_shape = tf.shape(values)[1:]
+  zero_row = tf.zeros(tf.concat([[1], row_shape], 0), values.dtype)
+  firsts = tf.gather(tf.concat([values, zero_row], 0), tf.minimum(first, tf.size(last)))
+  # Rows the earlier micro-steps did not name hold 0 in the accumulator: not read.
+  sums = tf.concat([tf.gather(accumulator, rows[:held]) + firsts[:held], firsts[held:]], 0)
+  sums = tf.tensor_scatter_nd_add(sums,
+                                  tf.gather(last, later)[:, tf.newaxis], tf.gather(values, later))
+  average = sums / tf.cast(steps, accumulator.dtype)
+  return tf.IndexedSlices(average, tf.cast(rows, tf.int64), grad.dense_shape), rows[:held]
 
 
-def clear_rows(accumulator, touched, rows):
-  """Zeroes `rows` of `accumulator` and their marks: the window is applied."""
+def clear_rows(accumulator, row_count, rows):
+  """Zeroes `rows` of `accumulator` and empties the window's row ids: the window is applied."""
   # The static row shape: tf.shape of a variable reads all of it.
   row_shape = tf.constant(accumulator.shape[1:].as_list(), tf.int64)
   zeros = tf.zeros(tf.concat([tf.shape(rows, out_type=tf.int64), row_shape], 0), accumulator.dtype)
   return tf.group(
       _scatter(tf.raw_ops.ResourceScatterUpdate, accumulator, rows, zeros),
-      _scatter(tf.raw_ops.ResourceScatterUpdate, touched, rows, tf.zeros_like(rows, tf.int32)))
+      tf.raw_ops.AssignVariableOp(resource=handle(row_count), value=tf.zeros([], row_count.dtype)))
 
 
 def _per_row(values, like):

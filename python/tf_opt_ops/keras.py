@@ -111,9 +111,14 @@ class _Keras3Mixin:
     self._row_state_built = True
     if self.gradient_accumulation_steps:
       # Assigned whole, so tracked (in checkpoints).
-      self._touched_rows = [
-          self._add_row_variable(var, "gradient_accumulator_rows") for var in var_list
-      ]
+      self._window_row_ids, self._window_row_counts = [], []
+      for var in var_list:
+        dtype = _core.row_id_dtype(var)
+        self._window_row_ids.append(
+            self._add_row_variable(var, "gradient_accumulator_row_ids", dtype))
+        self._window_row_counts.append(
+            self.add_variable(shape=(), initializer="zeros", dtype=dtype,
+                              name=f"{_slot_prefix(var)}_gradient_accumulator_row_count"))
     if self.use_ema and not tf.distribute.has_strategy():
       self._average_synced = [self._add_row_variable(var, "average_synced") for var in var_list]
       self._average_counts = [
@@ -121,9 +126,9 @@ class _Keras3Mixin:
                             name=f"{_slot_prefix(var)}_average_count") for var in var_list
       ]
 
-  def _add_row_variable(self, var, name):
-    """An int32 variable of one value per row of `var` (a scalar for a scalar)."""
-    return self.add_variable(shape=tuple(var.shape[:1]), initializer="zeros", dtype="int32",
+  def _add_row_variable(self, var, name, dtype="int32"):
+    """A variable of one integer per row of `var` (a scalar for a scalar)."""
+    return self.add_variable(shape=tuple(var.shape[:1]), initializer="zeros", dtype=dtype,
                              name=f"{_slot_prefix(var)}_{name}")
 
   @property
@@ -179,31 +184,32 @@ class _Keras3Mixin:
     steps = self.gradient_accumulation_steps
     positions = [self._get_variable_index(v) for v in trainable_variables]
     accumulators = [self._accumulated_gradients[i].value for i in positions]
-    touched = [self._touched_rows[i].value for i in positions]
+    # The window's rows so far: ids and their count.
+    windows = [(self._window_row_ids[i].value, self._window_row_counts[i].value) for i in positions]
     sparse = [isinstance(g, tf.IndexedSlices) for g in grads]
 
     def accumulate():
-      for grad, accumulator, rows, is_sparse in zip(grads, accumulators, touched, sparse):
+      for grad, accumulator, (ids, count), is_sparse in zip(grads, accumulators, windows, sparse):
         if is_sparse:
-          _core.accumulate_rows(accumulator, rows, grad)
+          _core.accumulate_rows(accumulator, ids, count, grad)
         else:
           accumulator.assign(accumulator + tf.cast(tf.convert_to_tensor(grad), accumulator.dtype))
 
     def apply_window():
-      window, named = [], []
-      for grad, accumulator, rows, is_sparse in zip(grads, accumulators, touched, sparse):
+      window, held = [], []
+      for grad, accumulator, (ids, count), is_sparse in zip(grads, accumulators, windows, sparse):
         if is_sparse:
-          average, window_rows = _core.window_gradient(accumulator, rows, grad, steps)
+          average, held_rows = _core.window_gradient(accumulator, ids, count, grad, steps)
         else:
-          average, window_rows = (tf.convert_to_tensor(grad) + accumulator) / steps, None
+          average, held_rows = (tf.convert_to_tensor(grad) + accumulator) / steps, None
         window.append(average)
-        named.append(window_rows)
+        held.append(held_rows)
       window = self._clip_gradients(window)
       self._apply_weight_decay(trainable_variables)
       self._backend_update_step(window, trainable_variables, self.learning_rate)
-      for accumulator, rows, window_rows in zip(accumulators, touched, named):
-        if window_rows is not None:
-          _core.clear_rows(accumulator, rows, window_rows)
+      for accumulator, (_, count), held_rows in zip(accumulators, windows, held):
+        if held_rows is not None:
+          _core.clear_rows(accumulator, count, held_rows)
         else:
           accumulator.assign(tf.zeros_like(accumulator))
 

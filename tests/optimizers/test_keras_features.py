@@ -167,7 +167,7 @@ ACCUMULATION_STEPS = 3
 WINDOWS = 2
 
 
-def _window_reference(opt_name, options, clip=None, dense=False):
+def _window_reference(opt_name, options, clip=None, dense=False, steps=ACCUMULATION_STEPS):
   """The references of table and bias after each micro-step: Keras 3's average of the window's
   gradients (clipped as stock clips it), applied lazily on the rows the window named (`dense`:
   on every row, as Keras 3 applies it)."""
@@ -176,13 +176,13 @@ def _window_reference(opt_name, options, clip=None, dense=False):
   bias_ref = make_reference(opt_name, bias.numpy().astype(np.float64), options=options)
   acc, acc_bias, named = np.zeros((ROWS, COLS), np.float32), np.zeros(COLS, np.float32), set()
   after = []
-  for k, (values, indices, bias_grad) in enumerate(_micro_batches(), start=1):
+  for k, (values, indices, bias_grad) in enumerate(_micro_batches(steps), start=1):
     np.add.at(acc, indices, values)
     acc_bias += bias_grad
     named.update(indices.tolist())
-    if k % ACCUMULATION_STEPS == 0:
+    if k % steps == 0:
       rows = np.arange(ROWS) if dense else np.array(sorted(named))
-      window = [acc[rows] / ACCUMULATION_STEPS, acc_bias / ACCUMULATION_STEPS]
+      window = [acc[rows] / steps, acc_bias / steps]
       if clip:
         window = _stock_clip(window, clip)
       table_ref.sparse(window[0].astype(np.float64), rows)
@@ -192,9 +192,9 @@ def _window_reference(opt_name, options, clip=None, dense=False):
   return after
 
 
-def _micro_batches():
-  """The micro-steps of WINDOWS windows and one into the next."""
-  return _batches(seed=7, steps=ACCUMULATION_STEPS * WINDOWS + 1)
+def _micro_batches(steps=ACCUMULATION_STEPS):
+  """The micro-steps of WINDOWS windows of `steps` and one into the next."""
+  return _batches(seed=7, steps=steps * WINDOWS + 1)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -228,10 +228,35 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
   accumulator = keras.ops.convert_to_numpy(opt._accumulated_gradients[0])
   np.testing.assert_allclose(accumulator, pending, **FLOAT32_TOL)
   if not dense:
-    marks = keras.ops.convert_to_numpy(opt._touched_rows[0])
-    np.testing.assert_array_equal(marks, np.isin(np.arange(ROWS), indices).astype(np.int32))
+    # The window's row ids so far: that micro-step's indices, in order.
+    count = int(keras.ops.convert_to_numpy(opt._window_row_counts[0]))
+    ids = keras.ops.convert_to_numpy(opt._window_row_ids[0])[:count]
+    np.testing.assert_array_equal(ids, indices)
   if mode == "function":
     _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+def test_gradient_accumulation_window_naming_more_ids_than_rows(opt_name):
+  """A window whose micro-steps name more row ids than the table has rows (its ids kept
+  deduplicated, at most one per row) applies the window's average on its rows."""
+  import keras
+  steps = 5  # 4 earlier micro-steps of BATCH ids each: 24 ids, 12 rows
+  table, bias = _variables("keras")
+  opt = getattr(common.flavor_module("keras"), opt_name)(**OPTIONS,
+                                                         gradient_accumulation_steps=steps)
+  want = _window_reference(opt_name, OPTIONS, steps=steps)
+  step = tf.function(_train_step(opt, table, bias))
+  for k, (values, indices, bias_grad) in enumerate(_micro_batches(steps), start=1):
+    step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+    np.testing.assert_allclose(table.numpy(), want[k - 1][0], **FLOAT32_TOL)
+    if k % steps == steps - 1:  # the window's ids before its last micro-step
+      count = int(keras.ops.convert_to_numpy(opt._window_row_counts[0]))
+      ids = keras.ops.convert_to_numpy(opt._window_row_ids[0])[:count]
+      named = np.concatenate([b[1] for b in _micro_batches(steps)[k - steps + 1:k]])
+      assert count <= ROWS
+      np.testing.assert_array_equal(np.unique(ids), np.unique(named))
+  assert int(opt.iterations.numpy()) == WINDOWS
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)

@@ -213,14 +213,18 @@ def test_xla_report_renders_every_variant():
   assert "| 1,000×8, B=10 | 2 (2–2) | 2.2 (2.2–2.2) | 20 (20–20) | 1.10× | 10.0× |" in table
 
 
-def test_features_quick_mode_times_every_feature_on_every_api_that_offers_it(tmp_path):
+def test_features_at_a_given_size_times_every_feature_on_every_api_that_offers_it(tmp_path):
+  """Each configuration in a subprocess of its own, at the size the options give."""
   import math
 
-  bench.main(["--features", "--quick", "--rounds", "2", "--out", str(tmp_path)])
-  table = (tmp_path / "features.md").read_text()
+  bench.main([
+      "--features", "--rows", "4000", "--dim", "8", "--batch", "256", "--rounds", "2", "--out",
+      str(tmp_path)
+  ])
+  table = (tmp_path / "features_4000x8_b256.md").read_text()
   rows = [line for line in table.splitlines() if line.startswith("| ") and "×" in line]
   want = {(api, name) for name, (_, apis) in bench.FEATURES.items() for api in apis}
-  (case,) = [c.label for c in bench.feature_cases(quick=True)]
+  case = bench.AdamCase(4000, 8, 256).label
   got = set()
   for row in rows:
     cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -254,3 +258,28 @@ def test_rowwise_mode_times_our_op_and_fbgemm_on_the_same_case(tmp_path, monkeyp
   else:
     assert "EXACT_ROWWISE_ADAGRAD" in table
     assert float(cells[5].split()[0]) > 0 and float(cells[8].rstrip("×")) > 0
+
+
+def test_features_size_options_go_together():
+  with pytest.raises(SystemExit):
+    bench.main(["--features", "--rows", "4000", "--dim", "8"])
+  with pytest.raises(SystemExit):
+    bench.main(["--rows", "4000", "--dim", "8", "--batch", "256"])
+
+
+def test_features_report_keeps_the_other_rows_of_a_failed_configuration():
+  timing = lambda ms: {"median_ms": ms, "min_ms": ms, "max_ms": ms}  # noqa: E731
+  table = bench.render_features({
+      "1,000×8, B=10": {
+          "keras3": {
+              "clipnorm": {
+                  "bare": timing(2.0), "ours": timing(3.0), "stock": timing(30.0),
+                  "ours_over_bare": 1.5, "stock_over_ours": 10.0
+              },
+              "use_ema": {"failed": "the subprocess failed (exit -9):"},
+          }
+      }
+  })
+  timed = "| 1,000×8, B=10 | keras3 | clipnorm | 2 (2–2) | 3 (3–3) | 30 (30–30) | 1.50× | 10.0× |"
+  assert timed in table
+  assert "| 1,000×8, B=10 | keras3 | use_ema | the subprocess failed (exit -9): | | | | |" in table

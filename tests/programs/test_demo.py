@@ -84,15 +84,21 @@ def check_curve(run, evaluations):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("optimizer,table_optimizer", [("lazy_adam", "LazyAdam"),
-                                                       ("rowwise_adagrad", "RowwiseAdagrad")])
-def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys, optimizer, table_optimizer):
+@pytest.mark.parametrize("optimizer,table_optimizer,features",
+                         [("lazy_adam", "LazyAdam", False),
+                          ("rowwise_adagrad", "RowwiseAdagrad", False),
+                          ("lazy_adam", "LazyAdam", True)])
+def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys, optimizer, table_optimizer,
+                                                 features):
+  """The table and plot, with each table optimizer; with --features, a third run: LazyAdam with
+  global_clipnorm, weight decay and EMA on the tables, its final point the averages that fit
+  writes into the model."""
   out = tmp_path / "out"
   code = recommender.main([
       "--users", "2000", "--items", "500", "--examples", "60000", "--epochs", "2", "--batch-size",
       "512", "--embedding-dim", "8", "--learning-rate", "0.01", "--optimizer", optimizer, "--out",
       str(out)
-  ])
+  ] + (["--features"] if features else []))
   assert code == 0
   printed = capsys.readouterr().out
   assert ("| run | best AUC (at s) | final AUC | best log loss (at s) | final log loss "
@@ -100,11 +106,13 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys, optimizer, ta
   assert f"plot: {out / 'demo.png'}" in printed
   with open(out / "results.json") as f:
     result = json.load(f)
-  router, adam = result["runs"]
+  router, *featured, adam = result["runs"]
   assert result["optimizer"] == optimizer
   assert router["name"] == f"tf_opt_ops MultiOptimizer ({table_optimizer} + ClippyAdagrad)"
   assert adam["name"] == "Keras Adam"
-  for run in (router, adam):
+  assert [r["name"] for r in featured] == ([recommender.FEATURES_RUN] if features else [])
+  assert "global_clipnorm=1.0, weight_decay=0.004, use_ema=True" in recommender.FEATURES_RUN
+  for run in (router, *featured, adam):
     assert set(run) == {
         "name", "auc", "log_loss", "best_auc", "best_auc_seconds", "best_log_loss",
         "best_log_loss_seconds", "mean_step_ms", "examples_per_second", "curve"
@@ -118,9 +126,20 @@ def test_demo_end_to_end_on_a_tiny_configuration(tmp_path, capsys, optimizer, ta
     assert 0 < run["log_loss"] < 1
     check_curve(run, evaluations=1 + 2 * 4)  # at the start, then 4 per epoch
   assert router["auc"] > 0.6, router  # planted data: clearly better than chance
+  for run in featured:
+    # Its final model is the EMA (momentum 0.99) of ~200 steps, which lags the variables here.
+    assert run["auc"] > 0.55, run
   with open(out / "demo.png", "rb") as f:
     assert f.read(8) == PNG_MAGIC
   assert os.path.getsize(out / "demo.png") > 10_000
+
+
+def test_features_need_keras_or_tf_keras_on_one_device(capsys):
+  for argv in (["--flavor", "legacy"], ["--strategy", "parameter-server"]):
+    with pytest.raises(SystemExit):
+      recommender.parse_args(["--features", *argv])
+    assert "--features needs --flavor keras or tf_keras on one device" in capsys.readouterr().err
+  assert recommender.parse_args(["--features", "--flavor", "tf_keras"]).features
 
 
 def test_cluster_strategies_need_a_tf_keras_flavor(capsys):
