@@ -28,4 +28,9 @@ SYMBOL_PINS = {
     # operator delete(void*, size_t) (CXXABI_1.3.9, GCC 5: C++14 sized
     # deallocation) frees exactly as operator delete(void*), which ignores the size.
     "_ZdlPvm": "_ZdlPv@GLIBCXX_3.4",
+    # pow (GLIBC_2.29: glibc's faster pow, versioned anew without SVID error
+    # handling), called by the lazy moving average's m^k. pow@GLIBC_2.2.5 is the
+    # same function behind the old error-handling wrapper, which only acts on a
+    # domain error or overflow (m in [0, 1], k >= 0 have none).
+    "pow": "pow@GLIBC_2.2.5",
 }
