@@ -60,9 +60,14 @@ ClippyStep<double> MakeClippyStep(DType dtype, double lr, double epsilon, double
 
 // The hyperparameters in the compute type (as the OpKernel reads them), widened exactly.
 RowwiseAdagradStep<double> MakeRowwiseStep(DType dtype, double lr, double epsilon,
-                                           double weight_decay, int weight_decay_mode) {
-  const RowwiseAdagradStep<double> given{lr, epsilon, weight_decay,
-                                         static_cast<RowwiseWeightDecay>(weight_decay_mode)};
+                                           double weight_decay, int weight_decay_mode,
+                                           int stochastic_rounding, int64_t seed) {
+  const RowwiseAdagradStep<double> given{lr,
+                                         epsilon,
+                                         weight_decay,
+                                         static_cast<RowwiseWeightDecay>(weight_decay_mode),
+                                         stochastic_rounding != 0,
+                                         static_cast<uint64_t>(seed)};
   return dtype == DType::kDouble ? given
                                  : tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<float>(given));
 }
@@ -214,16 +219,18 @@ TFO_API int tfo_set_scale_to_one(int dtype, void* scale) {
 }
 
 // Sparse row-wise Adagrad; `accum` holds one value per row of the compute type;
-// weight_decay_mode is FBGEMM's number (0 none, 1 L2, 2 decoupled).
+// weight_decay_mode is FBGEMM's number (0 none, 1 L2, 2 decoupled); a 16-bit
+// table rounds stochastically with `seed` where stochastic_rounding != 0.
 TFO_API int tfo_sparse_rowwise_adagrad(int dtype, int index_type, const void* indices,
                                        int64_t num_indices, int64_t num_rows, int64_t row_size,
                                        const void* grad, void* var, void* accum, double lr,
                                        double epsilon, double weight_decay, int weight_decay_mode,
-                                       void* scratch, size_t scratch_bytes, int64_t* bad_position,
+                                       int stochastic_rounding, int64_t seed, void* scratch,
+                                       size_t scratch_bytes, int64_t* bad_position,
                                        int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
   const RowwiseAdagradStep<double> step =
-      MakeRowwiseStep(t, lr, epsilon, weight_decay, weight_decay_mode);
+      MakeRowwiseStep(t, lr, epsilon, weight_decay, weight_decay_mode, stochastic_rounding, seed);
   const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
   return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
     return tf_opt_ops::gpu::SparseApplyRowwiseAdagrad(t, rows, grad, var, accum, step, scratch,

@@ -113,7 +113,8 @@ class CudaBackend:
          ctypes.POINTER(i64)])
     L.tfo_sparse_rowwise_adagrad.argtypes = (
         [cint, cint, vp, i64, i64, i64, vp, vp, vp] + [dbl] * 3 +
-        [cint, vp, sz, ctypes.POINTER(i64), ctypes.POINTER(i64)])
+        [cint, cint, i64, vp, sz, ctypes.POINTER(i64),
+         ctypes.POINTER(i64)])
     L.tfo_set_scale_to_one.argtypes = [cint, vp]
     self.allocations = []
 
@@ -285,7 +286,8 @@ class CudaBackend:
           self.lib.tfo_sparse_rowwise_adagrad(
               DTYPE_CODE[dtype], INDEX_CODE[indices.dtype.type], d_idx, n, num_rows, dim, d_grad,
               d_var, d_acc, hyper["lr"], hyper["epsilon"], hyper["weight_decay"],
-              reference.WEIGHT_DECAY_MODES.index(hyper["weight_decay_mode"]), d_scratch, nbytes,
+              reference.WEIGHT_DECAY_MODES.index(hyper["weight_decay_mode"]),
+              int(hyper.get("stochastic_rounding", False)), hyper.get("seed", 0), d_scratch, nbytes,
               ctypes.byref(bad_pos), ctypes.byref(bad_idx)), "SparseApplyRowwiseAdagrad")
       self.sync()
       return self.download(d_var, var), self.download(d_acc, accum), (bad_pos.value, bad_idx.value)
@@ -788,13 +790,18 @@ ROWWISE = dict(lr=0.05, epsilon=1e-3, weight_decay=0.1)
 def check_rowwise_adagrad(backend, report, rng):
   """Row-wise Adagrad (op ResourceSparseApplyRowwiseAdagrad), every weight decay mode: the table
   to the reference's rounding, the accumulator (float32, float64 for float64 tables) bit for bit
-  for float32 and float64 tables, as the CPU kernels (tests/ops/test_rowwise_adagrad_op.py)."""
-  for dtype in reference.DTYPES:
+  for float32 and float64 tables, as the CPU kernels (tests/ops/test_rowwise_adagrad_op.py);
+  16-bit tables rounded stochastically bit for bit (the noise is keyed by the values)."""
+  for dtype, stochastic in [(d, False) for d in reference.DTYPES] + [("float16", True),
+                                                                     ("bfloat16", True)]:
     for mode in reference.WEIGHT_DECAY_MODES:
       hyper = dict(ROWWISE, weight_decay_mode=mode)
+      if stochastic:
+        hyper.update(stochastic_rounding=True, seed=2**40 + 7)
       for num_rows, dim, n, kind in CASES:
         index_dtype = np.int32 if dim % 2 else np.int64
-        name = f"rowwise_adagrad {dtype} {mode} {num_rows}x{dim} n={n} {kind}"
+        name = (f"rowwise_adagrad {dtype}{' stochastic' if stochastic else ''} {mode} "
+                f"{num_rows}x{dim} n={n} {kind}")
         var = reference.random_values(rng, (num_rows, dim), dtype)
         accum = rng.uniform(0, 1, num_rows).astype(reference.compute_type(dtype))
         grad = reference.random_values(rng, (n, dim), dtype)
@@ -802,7 +809,12 @@ def check_rowwise_adagrad(backend, report, rng):
         want = reference.sparse_rowwise_adagrad(var, accum, grad, idx, dtype, **hyper)
         got = backend.rowwise_adagrad(dtype, var, accum, grad, idx, hyper)
         report.check(got[2][0] == -1, name + " no index error", str(got[2]))
-        _compare(report, f"{name} var", got[0], want[0], dtype)
+        if stochastic:
+          report.check(
+              np.array_equal(got[0].view(np.uint16), want[0].view(np.uint16)), f"{name} var bits",
+              f"{np.count_nonzero(got[0].view(np.uint16) != want[0].view(np.uint16))} differ")
+        else:
+          _compare(report, f"{name} var", got[0], want[0], dtype)
         exact = dtype in ("float32", "float64")
         report.check(
             np.array_equal(got[1], want[1]) if exact else np.allclose(got[1], want[1], rtol=1e-3),

@@ -438,6 +438,22 @@ def check_dtype_option(name, value):
                    f"{', '.join(map(repr, _SLOT_DTYPES))} (a name or a tf.DType), got {value!r}.")
 
 
+def check_seed(seed):
+  """`seed` as an int; ValueError unless it is an integer in [0, 2**31)."""
+  if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
+    raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}.")
+  return int(seed)
+
+
+def variable_noise_seed(seed, var):
+  """The rounding noise seed of `var` (op attr `seed`): the optimizer's `seed` and the
+  variable's name, so that tables of one shape do not round alike, and a rerun of the same
+  program rounds the same."""
+  name = getattr(var, "path", None) or _tf_private.shared_name(var) or var.name
+  name = str(name).split(":")[0]
+  return (seed << 32) | zlib.crc32(name.encode())
+
+
 class LightState:
   """How an optimizer keeps its state: LazyAdam's slots or ClippyAdagrad's accumulator (their
   dtype, v per row or per element, their rounding).
@@ -458,9 +474,7 @@ class LightState:
     self.rowwise_second_moment = check_bool_option("rowwise_second_moment", rowwise_second_moment)
     self.stochastic_rounding = check_bool_option("stochastic_rounding", stochastic_rounding,
                                                  none_means="on for 16-bit slots")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**31:
-      raise ValueError(f"seed must be an integer in [0, 2**31), got {seed!r}.")
-    self.seed = int(seed)
+    self.seed = check_seed(seed)
     self.min_rank = min_rank  # 0 for Clippy's accumulator: its dense op takes scalars too
 
   @property
@@ -498,11 +512,7 @@ class LightState:
                 stochastic_rounding=bool(stochastic), seed=self.variable_seed(var))
 
   def variable_seed(self, var):
-    """The noise seed of `var`: the optimizer's seed and the variable's name, so that tables
-    of one shape do not round alike, and a rerun of the same program rounds the same."""
-    name = getattr(var, "path", None) or _tf_private.shared_name(var) or var.name
-    name = str(name).split(":")[0]
-    return (self.seed << 32) | zlib.crc32(name.encode())
+    return variable_noise_seed(self.seed, var)
 
   def config(self):
     return dict(slot_dtype=self.slot_dtype, rowwise_second_moment=self.rowwise_second_moment,
@@ -962,22 +972,40 @@ def rowwise_accumulator_shape(var):
 
 
 def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay_mode,
-                    use_locking=False, indices=None):
+                    use_locking=False, indices=None, stochastic_rounding=None, seed=0):
   """Row-wise Adagrad on `var` with its row-wise accumulator `accum`; the math is the op's
   (`ops.sparse_rowwise_adagrad`).
 
   A sparse `grad` (a `tf.IndexedSlices`, or values with `indices`) updates the rows it names,
   duplicates summed. A dense `grad` updates every row by the same row-wise rule: the op over
   all rows in order, so a dense step equals a sparse one that names every row once.
+  `stochastic_rounding` (None: on for a float16 or bfloat16 `var`, FBGEMM's default for its
+  16-bit tables) rounds a 16-bit `var` stochastically, with noise keyed by the optimizer's
+  `seed` and the variable's name; a float32 or float64 `var` holds its values exactly.
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
+  asked = stochastic_rounding
+  stochastic = (tf.as_dtype(var.dtype).base_dtype in (tf.float16, tf.bfloat16) and
+                (asked is None or bool(asked)))
   if hasattr(accum, "shape") and hasattr(var, "shape"):  # not bare handles
     check_slot_layout(var, {"accumulator": accum}, rowwise_accumulator_dtype(var),
                       {"accumulator": rowwise_accumulator_shape(var)})
   if indices is None:
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
   if _tf_private.in_xla_context():
-    # The op has no XLA kernel yet: the same rule in standard ops, which XLA compiles.
+    # The op has no XLA kernel yet: the same rule in standard ops, which XLA compiles. They
+    # round to nearest only: refuse the stochastic rounding asked for, say so for the default.
+    if stochastic and asked:
+      raise ValueError(
+          f"RowwiseAdagrad was asked to round the 16-bit table {var.name} stochastically, which "
+          "only its fused op does, and that op cannot run inside XLA: run the step without "
+          "jit_compile, or pass stochastic_rounding=False (or None) to round to nearest there.")
+    if stochastic:
+      _log_once(
+          "RowwiseAdagrad rounding in XLA",
+          "tf_opt_ops: RowwiseAdagrad inside XLA rounds 16-bit tables to nearest, not "
+          "stochastically (its default elsewhere): only the fused op rounds stochastically. "
+          "Compile the training step without jit_compile to run it.")
     _log_once(
         "RowwiseAdagrad in XLA",
         "tf_opt_ops: RowwiseAdagrad runs inside an XLA-compiled function, where its op has no "
@@ -989,7 +1017,8 @@ def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay
         weight_decay=weight_decay, weight_decay_mode=ops.weight_decay_mode_name(weight_decay_mode))
   return ops.sparse_rowwise_adagrad(var, accum, grad, indices, lr=lr, epsilon=epsilon,
                                     weight_decay=weight_decay, weight_decay_mode=weight_decay_mode,
-                                    use_locking=use_locking)
+                                    use_locking=use_locking, stochastic_rounding=stochastic,
+                                    seed=variable_noise_seed(seed, var) if stochastic else 0)
 
 
 class RowwiseAdagradMixin:
@@ -1004,14 +1033,16 @@ class RowwiseAdagradMixin:
   """
 
   def __init__(self, learning_rate=0.01, initial_accumulator_value=0.0, epsilon=1e-8,
-               weight_decay=0.0, weight_decay_mode="none", name="RowwiseAdagrad", **kwargs):
+               weight_decay=0.0, weight_decay_mode="none", stochastic_rounding=None, seed=0,
+               name="RowwiseAdagrad", **kwargs):
     options = dict(initial_accumulator_value=initial_accumulator_value, epsilon=epsilon,
-                   weight_decay=weight_decay, weight_decay_mode=weight_decay_mode)
+                   weight_decay=weight_decay, weight_decay_mode=weight_decay_mode,
+                   stochastic_rounding=stochastic_rounding, seed=seed)
     self._init_base_optimizer(learning_rate, name, kwargs,
                               lambda: self._init_rowwise_adagrad(**options))
 
   def _init_rowwise_adagrad(self, *, initial_accumulator_value, epsilon, weight_decay,
-                            weight_decay_mode):
+                            weight_decay_mode, stochastic_rounding, seed):
     """Checks and keeps every option but the learning rate (each base class keeps that)."""
     check_non_negative(initial_accumulator_value=initial_accumulator_value, epsilon=epsilon,
                        weight_decay=0.0 if weight_decay is None else weight_decay)
@@ -1019,6 +1050,9 @@ class RowwiseAdagradMixin:
     self.epsilon = epsilon
     self.weight_decay = 0.0 if weight_decay is None else weight_decay
     self.weight_decay_mode = ops.weight_decay_mode_name(weight_decay_mode)
+    self.stochastic_rounding = check_bool_option("stochastic_rounding", stochastic_rounding,
+                                                 none_means="on for 16-bit tables")
+    self.seed = check_seed(seed)
 
   def _rowwise_adagrad_config(self):
     return {
@@ -1026,6 +1060,8 @@ class RowwiseAdagradMixin:
         "epsilon": self.epsilon,
         "weight_decay": self.weight_decay,
         "weight_decay_mode": self.weight_decay_mode,
+        "stochastic_rounding": self.stochastic_rounding,
+        "seed": self.seed,
     }
 
   def _slot_layouts(self, var):
@@ -1044,7 +1080,8 @@ class RowwiseAdagradMixin:
   def _rowwise_apply(self, grad, var, accum, lr, use_locking=False, indices=None):
     return rowwise_adagrad(var, accum, grad, lr=lr, epsilon=self.epsilon,
                            weight_decay=self.weight_decay, weight_decay_mode=self.weight_decay_mode,
-                           use_locking=use_locking, indices=indices)
+                           use_locking=use_locking, indices=indices,
+                           stochastic_rounding=self.stochastic_rounding, seed=self.seed)
 
 
 ROWWISE_ADAGRAD_DOC = """Row-wise Adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, TorchRec's default.
@@ -1067,4 +1104,13 @@ ROWWISE_ADAGRAD_DOC = """Row-wise Adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, Torch
   2; the decay applies to the rows a step touches only. The op has no XLA
   kernel yet: inside XLA the same rule runs in standard TensorFlow ops
   (slower), and tf_keras' `jit_compile` defaults to False.
+
+  `stochastic_rounding` (None: on for a float16 or bfloat16 table, as FBGEMM
+  runs its 16-bit tables; True; False: round to nearest even) rounds a
+  16-bit table's new rows stochastically, so that updates below half its
+  last place still move it on average. The noise is a hash of (`seed` mixed
+  with the variable's name, the row's accumulator, row, column), so reruns
+  are bit-identical; float32 and float64 tables are unaffected. Standard
+  ops (inside XLA, where the op has no kernel yet) round to nearest: there
+  the default rounds to nearest (logged once) and True is refused.
   """

@@ -156,14 +156,16 @@ def weight_decay_mode_name(mode):
 
 
 def sparse_rowwise_adagrad(var, accum, grad, indices, *, lr=0.01, epsilon=1e-8, weight_decay=0.0,
-                           weight_decay_mode="none", use_locking=False, name=None):
+                           weight_decay_mode="none", use_locking=False, stochastic_rounding=False,
+                           seed=0, name=None):
   """Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD) on the rows named by `indices`.
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyRowwiseAdagrad`
   (`tf_opt_ops/ops/rowwise_adagrad_ops.cc`). `accum` holds one value per row of
   `var` (shape `[var.shape[0]]`), float32, or float64 for a float64 `var`.
   `weight_decay_mode` is "none", "l2" or "decoupled" (or FBGEMM's 0, 1, 2).
-  Returns the op (no outputs).
+  `stochastic_rounding` rounds a float16 or bfloat16 `var` stochastically when
+  stored, with noise keyed by `seed` (an int64). Returns the op (no outputs).
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -171,7 +173,7 @@ def sparse_rowwise_adagrad(var, accum, grad, indices, *, lr=0.01, epsilon=1e-8, 
       var=_handle(var), accum=_handle(accum), lr=_scalar(lr, s), epsilon=_scalar(epsilon, s),
       weight_decay=_scalar(weight_decay, s), grad=grad, indices=indices,
       weight_decay_mode=weight_decay_mode_name(weight_decay_mode), use_locking=use_locking,
-      name=name)
+      stochastic_rounding=stochastic_rounding, seed=seed, name=name)
 
 
 def sparse_moving_average(average, synced, var, indices, *, count, ema_momentum, dtype=None,

@@ -349,8 +349,23 @@ def sparse_moving_average(average, synced, var, indices, dtype, *, count, ema_mo
 WEIGHT_DECAY_MODES = ("none", "l2", "decoupled")
 
 
+def rowwise_adagrad_noise(rows, accum, values, *, seed):
+  """RowwiseAdagradNoise: the uint32 noise of each element of `values` (float32 [rows, n], the
+  unrounded new rows `rows`), keyed by seed, each row's new float32 accumulator `accum` and the
+  row (RowwiseAdagradNoiseKey: slot 3 of slot_row_keys' scheme, the accumulator's bits in the
+  step's place), then by column and the value's own bits."""
+  values = np.asarray(values, np.float32)
+  with np.errstate(over="ignore"):
+    seed_key = _mix64(np.array([seed], np.int64).view(_U64) + _U64(3))
+    accum_key = _mix64(seed_key ^ np.asarray(accum, np.float32).view(_U32).astype(_U64))
+    keys = (_mix64(accum_key ^ np.asarray(rows, np.int64).view(_U64)) >> _U64(32)).astype(_U32)
+    columns = np.arange(values.shape[1], dtype=_U32)
+    return _mix32((keys[:, None] + columns[None, :]) ^ values.view(_U32))
+
+
 def sparse_rowwise_adagrad(var, accum, grad, indices, dtype, *, lr, epsilon=1e-8, weight_decay=0.0,
-                           weight_decay_mode="none", accumulator_dtype=None):
+                           weight_decay_mode="none", accumulator_dtype=None,
+                           stochastic_rounding=False, seed=0):
   """New (var, accum): FBGEMM's exact row-wise Adagrad on the distinct rows of `indices` only.
 
   `accum` holds one value per row of `var` ([rows]), stored as `accumulator_dtype` (default:
@@ -367,7 +382,8 @@ def sparse_rowwise_adagrad(var, accum, grad, indices, dtype, *, lr, epsilon=1e-8
 
   `weight_decay_mode` "none", "l2" and "decoupled" are FBGEMM's WeightDecayMode NONE (0), L2
   (1) and DECOUPLE (2). The accumulator's first value (Keras' initial_accumulator_value) is
-  whatever `accum` holds.
+  whatever `accum` holds. With `stochastic_rounding` a float16 or bfloat16 table's new rows are
+  rounded stochastically (store_stochastic) with rowwise_adagrad_noise's bits, keyed by `seed`.
   """
   if weight_decay_mode not in WEIGHT_DECAY_MODES:
     raise ValueError(f"weight_decay_mode must be one of {WEIGHT_DECAY_MODES}, got "
@@ -393,7 +409,12 @@ def sparse_rowwise_adagrad(var, accum, grad, indices, dtype, *, lr, epsilon=1e-8
     correction = one - lr * weight_decay
   else:
     correction = one
-  var2[rows] = store(correction * w - g * multiplier, dtype)
+  new_rows = correction * w - g * multiplier
+  if stochastic_rounding and dtype in ("float16", "bfloat16"):
+    noise = rowwise_adagrad_noise(rows, a, new_rows, seed=seed)
+    var2[rows] = store_stochastic(new_rows, noise, dtype)
+  else:
+    var2[rows] = store(new_rows, dtype)
   return var, accum
 
 

@@ -80,10 +80,12 @@ def clippy_cases():
 
 
 def rowwise_cases():
-  """(name, table dtype, weight decay mode): row-wise Adagrad's every table type and mode."""
-  return [(f"rowwise_{t}_{mode}", t, mode)
+  """(name, table dtype, weight decay mode, stochastic rounding): row-wise Adagrad's every table
+  type and mode, the 16-bit tables also rounded stochastically."""
+  return [(f"rowwise_{t}_{mode}" + ("_sr" if stochastic else ""), t, mode, stochastic)
           for t in ("float16", "bfloat16", "float32", "float64")
-          for mode in ("none", "l2", "decoupled")]
+          for mode in ("none", "l2", "decoupled")
+          for stochastic in ((False, True) if t in ("float16", "bfloat16") else (False,))]
 
 
 def rowwise_state(rng, reference, t):
@@ -186,7 +188,7 @@ def worker(out_path):
     for part, x, d in zip(("var", "accum"), (var, accum), dtypes):
       out[f"{name}/{part}"] = stored(x, d)
 
-  for name, t, mode in rowwise_cases():
+  for name, t, mode, stochastic in rowwise_cases():
     rng = np.random.default_rng(4)
     state = rowwise_state(rng, reference, t)
     accum_dtype = "float64" if t == "float64" else "float32"
@@ -194,7 +196,8 @@ def worker(out_path):
     for step, (g, i) in enumerate(zip(grads(rng, reference, t), INDICES), start=1):
       ops.sparse_rowwise_adagrad(var, accum, tensor(g, t),
                                  tf.constant(i, tf.int32 if step % 2 else tf.int64),
-                                 weight_decay_mode=mode, **ROWWISE)
+                                 weight_decay_mode=mode, stochastic_rounding=stochastic, seed=77,
+                                 **ROWWISE)
     out[f"{name}/var"], out[f"{name}/accum"] = stored(var, t), stored(accum, accum_dtype)
   for name, t, s, rowwise, stochastic in adam_cases():
     rng = np.random.default_rng(1)
@@ -355,7 +358,7 @@ def test_every_level_matches_the_reference(outputs):
         var, accum, scale = reference.clippy_adagrad(var, accum, g, t, **hyper)
       expected[f"{name}/scale{step}"] = np.asarray(scale, reference.compute_type(t))
     expected.update({f"{name}/var": var, f"{name}/accum": accum})
-  for name, t, mode in rowwise_cases():
+  for name, t, mode, _ in rowwise_cases():
     if t not in ("float32", "float64"):
       continue  # 16-bit tables: compared across levels (test_levels_give_the_same_bits)
     rng = np.random.default_rng(4)

@@ -213,3 +213,111 @@ def test_op_is_listed_and_named():
   names = {op.type for op in graph.get_operations()}
   assert "TfOptOps>ResourceSparseApplyRowwiseAdagrad" in names
   assert "TfOptOps>ResourceSparseApplyRowwiseAdagrad" in ops.OP_NAMES
+
+
+# ------------------------------------------------- stochastic rounding of 16-bit tables
+SIXTEEN_BIT = [tf.float16, tf.bfloat16]
+
+
+@pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+def test_stochastic_rounding_matches_reference_bit_for_bit(dtype, mode, weight_decay_mode):
+  # Each step from the op's own state, so that the reference's bits must be the op's.
+  dim = 70
+  var, accum = rowwise_state(dtype, dim, 0.1)
+  for t, indices in enumerate(STEP_INDICES, start=1):
+    grad = random((len(indices), dim), dtype, 40 + t, -2, 2)
+    want_var, want_accum = reference_step(var, accum, grad, indices, dtype, weight_decay_mode,
+                                          stochastic_rounding=True, seed=1234 + t, **HYPER)
+    run(mode, ops.sparse_rowwise_adagrad, var, accum, tf.constant(grad, dtype),
+        tf.constant(indices, INDEX_DTYPES[t % 2]), weight_decay_mode=weight_decay_mode,
+        stochastic_rounding=True, seed=1234 + t, **HYPER)
+    np.testing.assert_array_equal(numpy_of(var).view(np.uint16), want_var.view(np.uint16))
+    np.testing.assert_array_equal(numpy_of(accum), want_accum)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+def test_stochastic_rounding_off_rounds_to_nearest(dtype):
+  dim = 33
+  var, accum = rowwise_state(dtype, dim, 0.1)
+  grad = random((5, dim), dtype, 3)
+  indices = [3, 0, 3, 7, 3]
+  want_var, _ = reference_step(var, accum, grad, indices, dtype, "none", **HYPER)
+  ops.sparse_rowwise_adagrad(var, accum, grad, indices, stochastic_rounding=False, seed=99, **HYPER)
+  np.testing.assert_array_equal(numpy_of(var).view(np.uint16), want_var.view(np.uint16))
+
+
+def test_stochastic_rounding_leaves_float32_and_float64_tables_alone():
+  for dtype in (tf.float32, tf.float64):
+    results = []
+    for stochastic_rounding in (False, True):
+      var, accum = rowwise_state(dtype, 9, 0.1)
+      ops.sparse_rowwise_adagrad(var, accum, random((3, 9), dtype, 5), [1, 4, 1],
+                                 stochastic_rounding=stochastic_rounding, seed=7, **HYPER)
+      results.append(numpy_of(var))
+    np.testing.assert_array_equal(*results)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+def test_seed_changes_the_bits_and_a_rerun_repeats_them(dtype):
+
+  def stored(seed):
+    var, accum = rowwise_state(dtype, 64, 0.1)
+    ops.sparse_rowwise_adagrad(var, accum, random((4, 64), dtype, 8), [0, 5, 9, 5],
+                               stochastic_rounding=True, seed=seed, **HYPER)
+    return numpy_of(var).view(np.uint16)
+
+  np.testing.assert_array_equal(stored(1), stored(1))
+  differing = np.count_nonzero(stored(1) != stored(2))
+  # 3 rows x 64 values, each rounding up or down by a coin weighted by its position.
+  assert differing > 20, differing
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+def test_stochastic_rounding_is_unbiased_over_seeds(dtype):
+  # w = 1 and one step of lr (g constant across the row: the step is lr): the float32 result
+  # lies between 1 and the 16-bit neighbour below it, nearer 1, so round to nearest gives 1.
+  rows, dim, seeds = 4, 256, 32
+  lr = 1e-3 if dtype == tf.bfloat16 else 2e-4
+  exact = np.float32(1) - np.float32(0.5) * (np.float32(lr) /
+                                             (np.sqrt(np.float32(0.25)) + np.float32(1e-8)))
+  means = []
+  for seed in range(seeds):
+    var = tf.Variable(tf.ones((rows, dim), dtype))
+    accum = tf.Variable(tf.zeros([rows]))
+    ops.sparse_rowwise_adagrad(var, accum, tf.fill((rows, dim), tf.constant(0.5, dtype)),
+                               tf.range(rows), lr=lr, stochastic_rounding=True, seed=seed)
+    means.append(np.mean(numpy_of(var).astype(np.float64)))
+  below = 1 - (2.0**-8 if dtype == tf.bfloat16 else 2.0**-11)  # the neighbour below 1
+  p = (1 - exact) / (1 - below)  # the chance of rounding down
+  sigma = (1 - below) * np.sqrt(p * (1 - p) / (rows * dim * seeds))
+  assert abs(np.mean(means) - exact) < 5 * sigma, (np.mean(means), exact, sigma)
+  var = tf.Variable(tf.ones((rows, dim), dtype))
+  ops.sparse_rowwise_adagrad(var, tf.Variable(tf.zeros([rows])),
+                             tf.fill((rows, dim), tf.constant(0.5, dtype)), tf.range(rows), lr=lr,
+                             stochastic_rounding=False)
+  assert np.all(numpy_of(var) == 1)  # to nearest: the step is lost
+
+
+def test_stochastic_rounding_draws_fresh_bits_every_step():
+  # 100 steps each below half a bfloat16 ulp: to nearest never moves the table; stochastically
+  # it follows the float32 table on average, so the noise is not the same each step.
+  rows, dim, lr, steps = 4, 256, 1e-3, 100
+  grad = tf.fill((rows, dim), 0.5)
+  tables = {}
+  for name, dtype, stochastic_rounding in [("float32", tf.float32, False),
+                                           ("nearest", tf.bfloat16, False),
+                                           ("stochastic", tf.bfloat16, True)]:
+    var = tf.Variable(tf.ones((rows, dim), dtype))
+    accum = tf.Variable(tf.zeros([rows]))
+    for _ in range(steps):
+      ops.sparse_rowwise_adagrad(var, accum, tf.cast(grad, dtype), tf.range(rows), lr=lr,
+                                 stochastic_rounding=stochastic_rounding, seed=5)
+    tables[name] = numpy_of(var).astype(np.float64)
+  drift = 1 - tables["float32"].mean()
+  assert drift > 0.015  # lr * sum_t 1 / sqrt(t)
+  assert np.all(tables["nearest"] == 1)
+  # Per element a sum of 100 roundings (each within a 2^-8 gap): std <= 2^-9 * 10 per element,
+  # / 32 for the mean of 1024.
+  assert abs(tables["stochastic"].mean() - tables["float32"].mean()) < 0.003

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 from test_optimizers import FLAVORS
 
+from tf_opt_ops import _core
 from tf_opt_ops import reference
 
 import common
@@ -50,19 +51,28 @@ def reference_state(init, dtype, options):
   return reference.store(init, dtype), accum
 
 
-def reference_hyper(options):
-  return dict(lr=options.get("learning_rate", 0.01), epsilon=options.get("epsilon", 1e-8),
-              weight_decay=options.get("weight_decay", 0.0),
-              weight_decay_mode=options.get("weight_decay_mode", "none"))
+def reference_hyper(options, var=None):
+  """The reference's hyperparameters; with `var`, its table's rounding as the optimizer
+  rounds it (stochastically by default for a 16-bit table, with the variable's seed)."""
+  hyper = dict(lr=options.get("learning_rate", 0.01), epsilon=options.get("epsilon", 1e-8),
+               weight_decay=options.get("weight_decay", 0.0),
+               weight_decay_mode=options.get("weight_decay_mode", "none"))
+  if var is not None and options.get("stochastic_rounding") is not False:
+    hyper.update(stochastic_rounding=True,
+                 seed=_core.variable_noise_seed(options.get("seed", 0), var))
+  return hyper
 
 
-def train_and_compare(flavor, dtype, options, sparse, mode, steps=4):
+def train_and_compare(flavor, dtype, options, sparse, mode, steps=4, exact=False):
+  """Trains a table of `dtype` with RowwiseAdagrad(**options) and the reference side by side:
+  to TOL, or with `exact` bit for bit."""
   module = flavor.module
   rng = np.random.default_rng(0)
   init = rng.normal(size=(ROWS, COLS))
   var = tf.Variable(tf.constant(init, dtype=dtype))
   opt = module.RowwiseAdagrad(**options)
   ref_var, ref_accum = reference_state(init, dtype, options)
+  hyper = reference_hyper(options, var)
 
   def apply(grad):
     opt.apply_gradients([(grad, var)])
@@ -77,15 +87,17 @@ def train_and_compare(flavor, dtype, options, sparse, mode, steps=4):
                               tf.constant([ROWS, COLS]))
       ref_var, ref_accum = reference.sparse_rowwise_adagrad(ref_var, ref_accum,
                                                             reference.store(values, dtype), indices,
-                                                            dtype, **reference_hyper(options))
+                                                            dtype, **hyper)
     else:
       dense = np.zeros((ROWS, COLS))
       np.add.at(dense, indices, values)
       grad = tf.constant(dense, dtype=dtype)
       ref_var, ref_accum = reference.rowwise_adagrad(ref_var, ref_accum,
-                                                     reference.store(dense, dtype), dtype,
-                                                     **reference_hyper(options))
+                                                     reference.store(dense, dtype), dtype, **hyper)
     apply(grad)
+    if exact:
+      np.testing.assert_array_equal(var.numpy().view(np.uint8), ref_var.view(np.uint8))
+      np.testing.assert_array_equal(accumulator_of(opt, var).numpy(), ref_accum)
     np.testing.assert_allclose(var.numpy().astype(np.float64),
                                reference.load(ref_var, dtype).astype(np.float64), **TOL[dtype])
     np.testing.assert_allclose(accumulator_of(opt, var).numpy(), ref_accum, **TOL[dtype])
@@ -138,6 +150,67 @@ def test_config_round_trip_and_registered_name(flavor):
   revived = flavor.keras.optimizers.deserialize(serialized, **flavor.deserialize_kwargs)
   assert type(revived) is module.RowwiseAdagrad
   assert revived.get_config() == config
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_tables_round_stochastically_as_the_reference(flavor, dtype):
+  # A learning rate exact in float32, so that every flavor's op gets the reference's bits.
+  options = dict(OPTIONS, learning_rate=0.0625, weight_decay_mode="l2")
+  _, var = train_and_compare(flavor, dtype, options, sparse=True, mode="tf.function", exact=True)
+  # On by default: to nearest stores other bits.
+  rng = np.random.default_rng(0)
+  ref_var, ref_accum = reference_state(rng.normal(size=(ROWS, COLS)), dtype, options)
+  for values, indices in sparse_batches(4, ROWS, COLS, BATCH, seed=1):
+    ref_var, ref_accum = reference.sparse_rowwise_adagrad(
+        ref_var, ref_accum,
+        reference.store(values.astype(NP_DTYPES[dtype]).astype(np.float64), dtype), indices, dtype,
+        **reference_hyper(options))
+  assert np.count_nonzero(var.numpy().view(np.uint16) != ref_var.view(np.uint16)) > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_stochastic_rounding_off_rounds_to_nearest(flavor, dtype):
+  options = dict(OPTIONS, learning_rate=0.0625, stochastic_rounding=False)
+  train_and_compare(flavor, dtype, options, sparse=True, mode="eager", exact=True)
+
+
+def test_stochastic_rounding_config_round_trip(flavor):
+  module = flavor.module
+  default = module.RowwiseAdagrad().get_config()
+  assert (default["stochastic_rounding"], default["seed"]) == (None, 0)
+  for stochastic_rounding in (True, False):
+    opt = module.RowwiseAdagrad(stochastic_rounding=stochastic_rounding, seed=17)
+    config = opt.get_config()
+    assert (config["stochastic_rounding"], config["seed"]) == (stochastic_rounding, 17)
+    clone = module.RowwiseAdagrad.from_config(config)
+    assert (clone.stochastic_rounding, clone.seed) == (stochastic_rounding, 17)
+    assert clone.get_config() == config
+  with pytest.raises(ValueError, match="stochastic_rounding"):
+    module.RowwiseAdagrad(stochastic_rounding="yes")
+  with pytest.raises(ValueError, match="seed"):
+    module.RowwiseAdagrad(seed=-1)
+
+
+def test_inside_xla_stochastic_rounding_is_refused_or_logged(flavor):
+  # Standard ops (inside XLA, where the op has no kernel) round to nearest only: asked for, the
+  # stochastic rounding is refused; by default it is dropped with a message.
+  sparse = tf.IndexedSlices(tf.ones((2, COLS), tf.bfloat16), tf.constant([1, 2]),
+                            tf.constant([ROWS, COLS]))
+  var = tf.Variable(tf.ones((ROWS, COLS), tf.bfloat16))
+
+  def xla_step(opt):
+
+    @tf.function(jit_compile=True)
+    def step():
+      opt.apply_gradients([(sparse, var)])
+
+    step()
+
+  with pytest.raises(ValueError, match="stochastic_rounding=False"):
+    xla_step(flavor.module.RowwiseAdagrad(stochastic_rounding=True))
+  with common.tensorflow_log() as messages:
+    xla_step(flavor.module.RowwiseAdagrad())
+  assert any("rounds 16-bit tables to nearest" in m for m in messages)
 
 
 def test_bad_options_are_refused(flavor):

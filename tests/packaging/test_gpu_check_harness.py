@@ -177,7 +177,8 @@ class FakeLib:
     return 0
 
   def _tfo_sparse_rowwise_adagrad(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,
-                                  lr, eps, weight_decay, mode, scratch, sbytes, bad_pos, bad_idx):
+                                  lr, eps, weight_decay, mode, stochastic_rounding, seed, scratch,
+                                  sbytes, bad_pos, bad_idx):
     dt = DTYPES[dtype]
     idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
     if not ok:
@@ -187,7 +188,8 @@ class FakeLib:
     new = reference.sparse_rowwise_adagrad(var.reshape(num_rows, dim), acc,
                                            self._view(d_grad, n * dim, dt).reshape(n, dim), idx, dt,
                                            lr=lr, epsilon=eps, weight_decay=weight_decay,
-                                           weight_decay_mode=reference.WEIGHT_DECAY_MODES[mode])
+                                           weight_decay_mode=reference.WEIGHT_DECAY_MODES[mode],
+                                           stochastic_rounding=bool(stochastic_rounding), seed=seed)
     var[:], acc[:] = new[0].ravel(), new[1]
     return 0
 

@@ -190,11 +190,15 @@ absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, 
   const Eigen::TensorOpCost cost(dim * 2.0 * sizeof(T) + sizeof(C),
                                  dim * 1.0 * sizeof(T) + sizeof(C), 6.0 * dim);
   touched.grad_rows.Visit([&](const auto* g) {
-    ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
-      ForEachSpan(begin, end, {TableOf(var), TableOf(accum, dim)}, offset, length,
-                  [&](int64_t u, int64_t o) {
-                    RowwiseAdagradRow<T>(var + o, accum + rows[u], g + u * dim, dim, step);
-                  });
+    WithRounding<T>(step.stochastic_rounding, [&](auto stochastic) {
+      constexpr bool kStochastic = decltype(stochastic)::value;
+      ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+        ForEachSpan(begin, end, {TableOf(var), TableOf(accum, dim)}, offset, length,
+                    [&](int64_t u, int64_t o) {
+                      RowwiseAdagradRow<kStochastic, T>(var + o, accum + rows[u], g + u * dim, dim,
+                                                        step, rows[u]);
+                    });
+      });
     });
   });
   return absl::OkStatus();

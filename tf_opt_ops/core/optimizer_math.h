@@ -754,13 +754,33 @@ struct RowwiseAdagradStep {
   C epsilon;
   C weight_decay;
   RowwiseWeightDecay mode;
+  // A 16-bit table's rows round stochastically when stored, with the noise
+  // of RowwiseAdagradNoise keyed by seed (float32/float64 tables ignore it).
+  bool stochastic_rounding = false;
+  uint64_t seed = 0;
 };
 
 // The one conversion of RowwiseAdagradStep between compute types (as CastStep above).
 template <typename To, typename From>
 TF_OPT_OPS_HOST_DEVICE RowwiseAdagradStep<To> CastStep(const RowwiseAdagradStep<From>& s) {
-  return RowwiseAdagradStep<To>{static_cast<To>(s.lr), static_cast<To>(s.epsilon),
-                                static_cast<To>(s.weight_decay), s.mode};
+  return RowwiseAdagradStep<To>{static_cast<To>(s.lr),           static_cast<To>(s.epsilon),
+                                static_cast<To>(s.weight_decay), s.mode,
+                                s.stochastic_rounding,           s.seed};
+}
+
+// The table's rounding noise, in SlotRowKey's scheme (slot 3) with the row's
+// new accumulator in the step's place: the op has no step input (old graphs
+// keep loading), and a row's accumulator grows at every step that row has a
+// gradient, so the row draws fresh bits each step, and a rerun, the CPU and
+// the GPU draw the same. Element j's noise also mixes in the bits of the
+// unrounded value, so that a row whose accumulator stopped growing (an
+// increment below its last bit) still draws new bits as its values move.
+TF_OPT_OPS_HOST_DEVICE uint32_t RowwiseAdagradNoiseKey(uint64_t seed, float accum, int64_t row) {
+  const uint64_t accum_key = Mix64(Mix64(seed + 3) ^ static_cast<uint64_t>(FloatBits(accum)));
+  return static_cast<uint32_t>(Mix64(accum_key ^ static_cast<uint64_t>(row)) >> 32);
+}
+TF_OPT_OPS_HOST_DEVICE uint32_t RowwiseAdagradNoise(uint32_t key, int64_t j, float x) {
+  return Mix32((key + static_cast<uint32_t>(j)) ^ FloatBits(x));
 }
 
 // The mean of h^2 over a row in RowMeanSquare's order, h_j = g_j, or with
@@ -814,26 +834,39 @@ TF_OPT_OPS_HOST_DEVICE C RowwiseAdagradCorrection(C multiplier, const RowwiseAda
   }
 }
 
-// One element of a touched row: w = correction * w - g * multiplier, with the
-// summed gradient g (not the decayed one).
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradElement(T* var, C g, C multiplier, C correction) {
-  *var = Store<T>(correction * Load<C>(*var) - g * multiplier);
+// One element (column j) of a touched row: w = correction * w - g *
+// multiplier, with the summed gradient g (not the decayed one); stored
+// stochastically with the row's noise key when kStochastic.
+template <bool kStochastic, typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradElement(T* var, C g, C multiplier, C correction,
+                                                  uint32_t key, int64_t j) {
+  const C w = correction * Load<C>(*var) - g * multiplier;
+  if constexpr (kStochastic) {
+    *var = StoreStochastic<T>(static_cast<float>(w),
+                              RowwiseAdagradNoise(key, j, static_cast<float>(w)));
+  } else {
+    *var = Store<T>(w);
+  }
 }
 
-// One touched row of `n` elements (`accum` points at the row's one value).
-template <typename T, typename G, typename C>
+// One touched row `row` of `n` elements (`accum` points at the row's one
+// value); kStochastic = s.stochastic_rounding for a 16-bit T, so the
+// conditional store leaves the loop.
+template <bool kStochastic, typename T, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var,
                                               C* TF_OPT_OPS_RESTRICT accum,
                                               const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                              const RowwiseAdagradStep<C>& s) {
+                                              const RowwiseAdagradStep<C>& s, int64_t row) {
   const C mean_square = s.mode == RowwiseWeightDecay::kL2
                             ? RowwiseAdagradMeanSquare<true, T, G, C>(var, g, n, s.weight_decay)
                             : RowwiseAdagradMeanSquare<false, T, G, C>(var, g, n, s.weight_decay);
   const C multiplier = RowwiseAdagradMultiplier<C>(accum, mean_square, s);
   const C correction = RowwiseAdagradCorrection<C>(multiplier, s);
+  const uint32_t key =
+      kStochastic ? RowwiseAdagradNoiseKey(s.seed, static_cast<float>(*accum), row) : 0u;
   for (int64_t j = 0; j < n; ++j) {
-    RowwiseAdagradElement<T, C>(var + j, Load<C>(g[j]), multiplier, correction);
+    RowwiseAdagradElement<kStochastic, T, C>(var + j, Load<C>(g[j]), multiplier, correction, key,
+                                             j);
   }
 }
 

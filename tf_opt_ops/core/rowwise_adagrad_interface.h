@@ -56,14 +56,16 @@ inline bool WeightDecayModeFromName(const char* name, RowwiseWeightDecay* mode) 
   return false;
 }
 
-// The step from the hyperparameters (in the order of kHyperparameterNames)
-// and the mode.
+// The step from the hyperparameters (in the order of kHyperparameterNames),
+// the mode and the attrs stochastic_rounding and seed.
 template <typename C>
-RowwiseAdagradStep<C> MakeStep(const C* hyperparameters, RowwiseWeightDecay mode) {
+RowwiseAdagradStep<C> MakeStep(const C* hyperparameters, RowwiseWeightDecay mode,
+                               bool stochastic_rounding = false, uint64_t seed = 0) {
   const auto input = [hyperparameters](Input k) {
     return hyperparameters[k - kFirstHyperparameter];
   };
-  return RowwiseAdagradStep<C>{input(kLr), input(kEpsilon), input(kWeightDecay), mode};
+  return RowwiseAdagradStep<C>{input(kLr), input(kEpsilon),     input(kWeightDecay),
+                               mode,       stochastic_rounding, seed};
 }
 
 // The step from kNumHyperValues values (an XLA `hyper` operand's layout).

@@ -15,8 +15,9 @@ namespace {
 // One warp per distinct row (blockDim.x == kMeanLanes), whose lanes sum the
 // row's h^2 in the order of RowMeanSquare (optimizer_math.h): lane l over
 // j = l, l + 32, ..., then the butterfly of __shfl_xor_sync; so the
-// accumulator equals the CPU's bit for bit. No two warps write one row.
-template <bool kL2, typename T>
+// accumulator equals the CPU's bit for bit, and so does a 16-bit table's
+// stochastic rounding (keyed by it). No two warps write one row.
+template <bool kL2, bool kStochastic, typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     RowwiseAdagradKernel(SortedRows rows, const T* __restrict__ grad, T* __restrict__ var,
                          ComputeT<T>* __restrict__ accum, RowwiseAdagradStep<ComputeT<T>> step) {
@@ -36,29 +37,50 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     C a = accum[row];
     const C multiplier = RowwiseAdagradMultiplier<C>(&a, mean_square, step);
     const C correction = RowwiseAdagradCorrection<C>(multiplier, step);
+    const uint32_t key =
+        kStochastic ? RowwiseAdagradNoiseKey(step.seed, static_cast<float>(a), row) : 0u;
     __syncwarp();
     if (threadIdx.x == 0) accum[row] = a;
     for (int64_t j = threadIdx.x; j < dim; j += kMeanLanes) {
       const C g = SummedGrad<C>(rows, grad, begin, end, j);
-      RowwiseAdagradElement<T, C>(var + offset + j, g, multiplier, correction);
+      RowwiseAdagradElement<kStochastic, T, C>(var + offset + j, g, multiplier, correction, key, j);
     }
   });
+}
+
+template <bool kL2, bool kStochastic, typename T>
+void LaunchRowwiseAdagradKernel(const SortedRows& sorted, const void* grad, void* var, void* accum,
+                                const RowwiseAdagradStep<double>& step, cudaStream_t s) {
+  using C = ComputeT<T>;
+  const dim3 block(kMeanLanes, kThreadsPerBlock / kMeanLanes);
+  const dim3 grid(BlocksFor(sorted.count, kThreadsPerBlock / kMeanLanes));
+  RowwiseAdagradKernel<kL2, kStochastic, T>
+      <<<grid, block, 0, s>>>(sorted, static_cast<const T*>(grad), static_cast<T*>(var),
+                              static_cast<C*>(accum), CastStep<C>(step));
+}
+
+// Stochastic rounding only where the table is 16-bit (a float32/float64 table
+// holds its compute values exactly).
+template <bool kL2, typename T>
+void LaunchRowwiseAdagradRounding(const SortedRows& sorted, const void* grad, void* var,
+                                  void* accum, const RowwiseAdagradStep<double>& step,
+                                  cudaStream_t s) {
+  if constexpr (HalfKindOf<T>::value != HalfKind::kNone) {
+    if (step.stochastic_rounding) {
+      LaunchRowwiseAdagradKernel<kL2, true, T>(sorted, grad, var, accum, step, s);
+      return;
+    }
+  }
+  LaunchRowwiseAdagradKernel<kL2, false, T>(sorted, grad, var, accum, step, s);
 }
 
 template <typename T>
 int LaunchRowwiseAdagrad(const SortedRows& sorted, const void* grad, void* var, void* accum,
                          const RowwiseAdagradStep<double>& step, cudaStream_t s) {
-  using C = ComputeT<T>;
-  const dim3 block(kMeanLanes, kThreadsPerBlock / kMeanLanes);
-  const dim3 grid(BlocksFor(sorted.count, kThreadsPerBlock / kMeanLanes));
   if (step.mode == RowwiseWeightDecay::kL2) {
-    RowwiseAdagradKernel<true, T><<<grid, block, 0, s>>>(sorted, static_cast<const T*>(grad),
-                                                         static_cast<T*>(var),
-                                                         static_cast<C*>(accum), CastStep<C>(step));
+    LaunchRowwiseAdagradRounding<true, T>(sorted, grad, var, accum, step, s);
   } else {
-    RowwiseAdagradKernel<false, T>
-        <<<grid, block, 0, s>>>(sorted, static_cast<const T*>(grad), static_cast<T*>(var),
-                                static_cast<C*>(accum), CastStep<C>(step));
+    LaunchRowwiseAdagradRounding<false, T>(sorted, grad, var, accum, step, s);
   }
   return static_cast<int>(cudaGetLastError());
 }

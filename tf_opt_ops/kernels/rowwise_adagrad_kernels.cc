@@ -68,6 +68,10 @@ class SparseApplyRowwiseAdagradOp : public tensorflow::OpKernel {
         ctx, rowwise_adagrad::WeightDecayModeFromName(mode.c_str(), &mode_),
         InvalidArgument("weight_decay_mode must be \"none\", \"l2\" or \"decoupled\", got \"", mode,
                         "\""));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_rounding_));
+    int64_t seed;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+    seed_ = static_cast<uint64_t>(seed);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -90,12 +94,14 @@ class SparseApplyRowwiseAdagradOp : public tensorflow::OpKernel {
     if (indices.NumElements() == 0) return;
     OP_REQUIRES_OK(ctx, functor::SparseApplyRowwiseAdagrad<Device, T, Tindex>()(
                             ctx, indices, grad, vars.tensor(kVar), vars.tensor(kAccum),
-                            MakeStep(hyper, mode_)));
+                            MakeStep(hyper, mode_, stochastic_rounding_, seed_)));
   }
 
  private:
   bool use_locking_;
   RowwiseWeightDecay mode_;
+  bool stochastic_rounding_;
+  uint64_t seed_;
 };
 
 // The kernels on Device for tables of half, bfloat16, float and double, with

@@ -32,6 +32,8 @@ REGISTER_OP("TfOptOps>ResourceSparseApplyRowwiseAdagrad")
     .Attr("Tindices: {int32, int64}")
     .Attr("weight_decay_mode: {'none', 'l2', 'decoupled'} = 'none'")
     .Attr("use_locking: bool = false")
+    .Attr("stochastic_rounding: bool = false")
+    .Attr("seed: int = 0")
     .SetShapeFn(RowwiseAdagradShape)
     .Doc(R"doc(
 Row-wise Adagrad on the rows of var named by indices, one accumulator value per row.
@@ -61,9 +63,24 @@ The mean adds the squares in 32 lanes (j mod 32), reduced pairwise (the same
 order on every device); FBGEMM's paths each use another order, so an
 accumulator may differ from FBGEMM's in its last bits.
 
-float16 and bfloat16 tables compute in float32 and round to nearest only
-when storing; float32 computes in float32 and float64 in float64. accum is
-of the compute type: float32, or float64 for a float64 table.
+float16 and bfloat16 tables compute in float32 and round only when storing:
+to nearest even, or with stochastic_rounding stochastically (to the
+neighbour of larger magnitude with probability the distance from the
+smaller one over the gap, so a stored row is unbiased and updates below
+half a 16-bit ulp still move it on average). The 32 random bits of element
+j of row r are a counter-based hash of seed, the bits of accum[r] after the
+update, r, j and the bits of the unrounded float32 value: there is no step
+input, and a row's accumulator grows at every step that gives it a gradient, so
+each step draws fresh bits; a rerun, the CPU and the GPU store the same
+bits. float32 computes in float32 and float64 in float64 (stochastic_rounding
+changes nothing for them). accum is of the compute type: float32, or
+float64 for a float64 table.
+
+FBGEMM's CUDA kernels round fp16 and bf16 tables the same way by default
+(its stochastic_rounding, which TorchRec users run; its CPU path rounds to
+nearest whatever the flag): the distribution is the same, the bits are not,
+as FBGEMM draws them from a Philox stream seeded by PyTorch's generator per
+call.
 
 Every input is validated before anything is written: a bad one (an index
 outside [0, var.shape[0]), an accumulator of another dtype or of a shape
@@ -83,6 +100,8 @@ Tscalar: the dtype of the hyperparameters: float64 for float64 T, else float32.
 Tindices: the dtype of indices.
 weight_decay_mode: "none", "l2" or "decoupled" (FBGEMM's WeightDecayMode 0, 1, 2).
 use_locking: hold the variables' locks for the whole update.
+stochastic_rounding: round a float16 or bfloat16 table stochastically when storing (else to nearest even).
+seed: keys the rounding noise, with the row's accumulator, the row and the element.
 )doc");
 
 }  // namespace tf_opt_ops
