@@ -48,14 +48,6 @@ def _log_fallback_once(what, reason):
       "them, or compile the training step without jit_compile to use the fused ops.", what, reason)
 
 
-def _log_once(key, message):
-  with _log_lock:
-    if key in _logged:
-      return
-    _logged.add(key)
-  tf.get_logger().warning(message)
-
-
 def xla_fallback(what, var):
   """True (with the fallback logged once) when `what` on `var` must run in standard ops.
 
@@ -976,14 +968,7 @@ def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay
                       {"accumulator": rowwise_accumulator_shape(var)})
   if indices is None:
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
-  if _tf_private.in_xla_context():
-    # The op has no XLA kernel yet: the same rule in standard ops, which XLA compiles.
-    _log_once(
-        "RowwiseAdagrad in XLA",
-        "tf_opt_ops: RowwiseAdagrad runs inside an XLA-compiled function, where its op has no "
-        "XLA kernel yet: the same rule runs in standard TensorFlow ops, slower, its row means "
-        "summed in another order (equal to float rounding). Compile the training step without "
-        "jit_compile to run the fused op.")
+  if xla_fallback("RowwiseAdagrad", var):
     return _standard_ops.sparse_rowwise_adagrad(
         var, accum, grad, indices, lr=scalar(lr, scalar_dtype(dtype)), epsilon=epsilon,
         weight_decay=weight_decay, weight_decay_mode=ops.weight_decay_mode_name(weight_decay_mode))
@@ -1064,7 +1049,7 @@ ROWWISE_ADAGRAD_DOC = """Row-wise Adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, Torch
   `weight_decay_mode` are FBGEMM's: "none", "l2" (the decay added to the
   gradient, through the mean and the adaptive step) or "decoupled"
   (`w *= 1 - lr * weight_decay` before the step), or FBGEMM's numbers 0, 1,
-  2; the decay applies to the rows a step touches only. The op has no XLA
-  kernel yet: inside XLA the same rule runs in standard TensorFlow ops
-  (slower), and tf_keras' `jit_compile` defaults to False.
+  2; the decay applies to the rows a step touches only. Inside XLA
+  (`jit_compile`) the op runs through its XLA kernel, a custom call into the
+  same CPU update and CUDA kernel.
   """

@@ -1,11 +1,13 @@
 """RowwiseAdagrad in every flavor against reference.sparse_rowwise_adagrad, over several steps:
-sparse and dense gradients, eager and tf.function, configs, checkpoints and model files."""
+sparse and dense gradients, eager, tf.function and XLA, configs, checkpoints and model files."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import test_optimizers
 from test_optimizers import FLAVORS
 
+from tf_opt_ops import keras as k3
 from tf_opt_ops import reference
 
 import common
@@ -25,11 +27,15 @@ def flavor(request):
   return request.param
 
 
+# The ways an update runs inside XLA (test_optimizers' fixture): the op's XLA kernel, or the
+# standard-ops fallback where there is none.
+xla_kernels = test_optimizers.xla_kernels
+WEIGHT_DECAY_MODES = ["none", "l2", "decoupled"]
 OPTIONS = dict(learning_rate=0.05, initial_accumulator_value=0.1, epsilon=1e-3, weight_decay=0.1)
 # The op's results are the reference's bit for bit (tests/ops); here the flavors' inputs are
 # checked, to the last bits of a learning rate that went through float64 (and, for float64
-# tables, through Keras 3's float32 learning rate variable), and inside XLA, the standard ops'
-# row means.
+# tables, through Keras 3's float32 learning rate variable), and where XLA has no kernel for the
+# op, the standard ops' row means.
 TOL = {
     "float32": dict(rtol=1e-6, atol=1e-7), "float64": dict(rtol=1e-7, atol=1e-9),
     "float16": dict(rtol=1e-3, atol=1e-3), "bfloat16": dict(rtol=1e-2, atol=1e-2)
@@ -97,7 +103,7 @@ def train_and_compare(flavor, dtype, options, sparse, mode, steps=4):
   return opt, var
 
 
-@pytest.mark.parametrize("weight_decay_mode", ["none", "l2", "decoupled"])
+@pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
 @pytest.mark.parametrize("mode", ["eager", "tf.function"])
 def test_sparse_matches_reference(flavor, mode, weight_decay_mode):
   train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
@@ -208,13 +214,40 @@ def test_full_accumulator_checkpoint_fails_naming_the_layout(flavor, tmp_path):
     rowwise.apply_gradients([(sparse, restored_var)])
 
 
-@pytest.mark.parametrize("weight_decay_mode", ["l2", "decoupled"])
-def test_inside_xla_the_same_rule_runs_in_standard_ops(flavor, weight_decay_mode):
-  # No XLA kernel for the op yet: standard ops inside XLA, to float rounding (the row mean sums
-  # in another order); tf_keras' optimizer leaves jit_compile off for it.
-  if flavor.jit_compile_attribute:
-    assert flavor.module.RowwiseAdagrad().jit_compile is False
+@pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
+def test_inside_xla(flavor, weight_decay_mode, xla_kernels):
+  # With the XLA kernels the op's custom call runs, bit for bit the op's results; where there
+  # are none (before TensorFlow 2.17, or a GPU variable without GPU kernels) the same rule in
+  # standard ops, to float rounding (the row mean sums in another order), logged once.
   with common.tensorflow_log() as messages:
     train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
                       sparse=True, mode="xla")
-  assert any("RowwiseAdagrad runs inside an XLA-compiled function" in m for m in messages)
+  fallbacks = [m for m in messages if "falling back" in m]
+  if xla_kernels is None:
+    assert not fallbacks, fallbacks
+  else:
+    assert len(fallbacks) == 1 and "RowwiseAdagrad" in fallbacks[0], fallbacks
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_table_dtypes_inside_xla(flavor, dtype):
+  with common.tensorflow_log() as messages:
+    train_and_compare(flavor, dtype, dict(OPTIONS, weight_decay_mode="l2"), sparse=True, mode="xla")
+  assert not [m for m in messages if "falling back" in m]
+
+
+def test_keras3_fit_with_jit_compile_runs_the_xla_kernel():
+  # Keras 3 compiles `fit` with XLA wherever there is a GPU (jit_compile="auto"): the same
+  # model and data give the same bits with and without it.
+  import keras
+
+  results = []
+  for jit_compile in (True, False):
+    opt = k3.RowwiseAdagrad(learning_rate=0.1, weight_decay=0.01, weight_decay_mode="l2")
+    with common.tensorflow_log() as messages:
+      model = check_fit(keras, opt, jit_compile=jit_compile)
+    assert not [m for m in messages if "falling back" in m]
+    results.append([np.asarray(w.numpy()) for w in model.weights + opt.variables])
+  assert len(results[0]) == len(results[1])
+  for got, want in zip(*results):
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
