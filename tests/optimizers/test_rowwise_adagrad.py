@@ -238,7 +238,9 @@ def test_table_dtypes_inside_xla(flavor, dtype):
 
 def test_keras3_fit_with_jit_compile_runs_the_xla_kernel():
   # Keras 3 compiles `fit` with XLA wherever there is a GPU (jit_compile="auto"): the same
-  # model and data give the same bits with and without it.
+  # model and data give the same weights with and without it, to the float rounding of the
+  # model's own gradients, which XLA computes in another order (with a gradient XLA computes
+  # bit for bit as TensorFlow does, the step is bit-identical: tests/ops/test_xla.py).
   import keras
 
   results = []
@@ -250,4 +252,4 @@ def test_keras3_fit_with_jit_compile_runs_the_xla_kernel():
     results.append([np.asarray(w.numpy()) for w in model.weights + opt.variables])
   assert len(results[0]) == len(results[1])
   for got, want in zip(*results):
-    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
