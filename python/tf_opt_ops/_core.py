@@ -48,14 +48,6 @@ def _log_fallback_once(what, reason):
       "them, or compile the training step without jit_compile to use the fused ops.", what, reason)
 
 
-def _log_once(key, message):
-  with _log_lock:
-    if key in _logged:
-      return
-    _logged.add(key)
-  tf.get_logger().warning(message)
-
-
 def xla_fallback(what, var):
   """True (with the fallback logged once) when `what` on `var` must run in standard ops.
 
@@ -992,26 +984,14 @@ def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay
                       {"accumulator": rowwise_accumulator_shape(var)})
   if indices is None:
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
-  if _tf_private.in_xla_context():
-    # The op has no XLA kernel yet: the same rule in standard ops, which XLA compiles. They
-    # round to nearest only: refuse the stochastic rounding asked for, say so for the default.
+  if xla_fallback("RowwiseAdagrad", var):
+    # Standard ops round to nearest only: refuse the stochastic rounding asked for.
     if stochastic and asked:
       raise ValueError(
           f"RowwiseAdagrad was asked to round the 16-bit table {var.name} stochastically, which "
-          "only its fused op does, and that op cannot run inside XLA: run the step without "
-          "jit_compile, or pass stochastic_rounding=False (or None) to round to nearest there.")
-    if stochastic:
-      _log_once(
-          "RowwiseAdagrad rounding in XLA",
-          "tf_opt_ops: RowwiseAdagrad inside XLA rounds 16-bit tables to nearest, not "
-          "stochastically (its default elsewhere): only the fused op rounds stochastically. "
-          "Compile the training step without jit_compile to run it.")
-    _log_once(
-        "RowwiseAdagrad in XLA",
-        "tf_opt_ops: RowwiseAdagrad runs inside an XLA-compiled function, where its op has no "
-        "XLA kernel yet: the same rule runs in standard TensorFlow ops, slower, its row means "
-        "summed in another order (equal to float rounding). Compile the training step without "
-        "jit_compile to run the fused op.")
+          "its fused op does, but this XLA-compiled step has no XLA kernels for it (see the "
+          "logged reason): run the step without jit_compile, or pass stochastic_rounding=False "
+          "(or None) to round to nearest there.")
     return _standard_ops.sparse_rowwise_adagrad(
         var, accum, grad, indices, lr=scalar(lr, scalar_dtype(dtype)), epsilon=epsilon,
         weight_decay=weight_decay, weight_decay_mode=ops.weight_decay_mode_name(weight_decay_mode))
@@ -1101,16 +1081,16 @@ ROWWISE_ADAGRAD_DOC = """Row-wise Adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, Torch
   `weight_decay_mode` are FBGEMM's: "none", "l2" (the decay added to the
   gradient, through the mean and the adaptive step) or "decoupled"
   (`w *= 1 - lr * weight_decay` before the step), or FBGEMM's numbers 0, 1,
-  2; the decay applies to the rows a step touches only. The op has no XLA
-  kernel yet: inside XLA the same rule runs in standard TensorFlow ops
-  (slower), and tf_keras' `jit_compile` defaults to False.
+  2; the decay applies to the rows a step touches only. Inside XLA
+  (`jit_compile`) the op runs through its XLA kernel, a custom call into the
+  same CPU update and CUDA kernel.
 
   `stochastic_rounding` (None: on for a float16 or bfloat16 table, as FBGEMM
   runs its 16-bit tables; True; False: round to nearest even) rounds a
   16-bit table's new rows stochastically, so that updates below half its
   last place still move it on average. The noise is a hash of (`seed` mixed
   with the variable's name, the row's accumulator, row, column), so reruns
-  are bit-identical; float32 and float64 tables are unaffected. Standard
-  ops (inside XLA, where the op has no kernel yet) round to nearest: there
-  the default rounds to nearest (logged once) and True is refused.
+  are bit-identical, with XLA or without; float32 and float64 tables are
+  unaffected. Where XLA has no kernels for the op (the standard-ops
+  fallback, logged) the default rounds to nearest and True is refused.
   """

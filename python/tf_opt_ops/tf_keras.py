@@ -385,8 +385,7 @@ class RowwiseAdagrad(_core.RowwiseAdagradMixin, _TfKerasMixin, keras2.optimizers
   __doc__ = _core.ROWWISE_ADAGRAD_DOC
 
   def _init_base_optimizer(self, learning_rate, name, kwargs, init_options):
-    # No XLA kernel for the op yet: off unless asked for.
-    kwargs.setdefault("jit_compile", False)
+    _core.default_jit_compile(kwargs)
     super(_core.RowwiseAdagradMixin, self).__init__(name=name, **kwargs)
     init_options()  # after the base class, which sets its own weight_decay
     self._learning_rate = self._build_learning_rate(learning_rate)

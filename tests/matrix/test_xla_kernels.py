@@ -23,6 +23,7 @@ from tf_opt_ops import _loader
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import symbol_versions
 
+OPTS = ["LazyAdam", "ClippyAdagrad", "RowwiseAdagrad"]
 HAS_XLA_FFI = tuple(int(p) for p in tf.__version__.split(".")[:2]) >= (2, 17)
 
 
@@ -49,12 +50,17 @@ def _train(jit, opt, steps=3):
   rng = np.random.default_rng(0)
   table = tf.Variable(rng.normal(size=(200, 8)).astype(np.float32))
   slots = [tf.Variable(np.zeros((200, 8), np.float32)) for _ in range(2)]
+  if opt == "RowwiseAdagrad":  # one accumulator value per row
+    slots[1] = tf.Variable(np.zeros((200,), np.float32))
 
   @tf.function(jit_compile=jit)
   def step(values, indices, t):
     grad = tf.IndexedSlices(values, indices, tf.constant([200, 8]))
     if opt == "LazyAdam":
       _core.lazy_adam(table, *slots, grad, lr=0.05, beta_1=0.9, beta_2=0.999, epsilon=1e-7, step=t)
+    elif opt == "RowwiseAdagrad":
+      _core.rowwise_adagrad(table, slots[1], grad, lr=0.05, epsilon=1e-3, weight_decay=0.1,
+                            weight_decay_mode="l2")
     else:
       _core.clippy_adagrad(table, slots[0], grad, lr=0.05, epsilon=1e-7,
                            variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
@@ -70,7 +76,7 @@ def _train(jit, opt, steps=3):
   return [table.numpy(), slots[0].numpy(), slots[1].numpy()], hlo
 
 
-@pytest.mark.parametrize("opt", ["LazyAdam", "ClippyAdagrad"])
+@pytest.mark.parametrize("opt", OPTS)
 def test_jitted_update_same_numbers_and_fallback_logged(opt):
   records = []
   handler = logging.Handler()
@@ -99,8 +105,10 @@ def test_bad_index_inside_xla_fails_or_writes_nothing():
   # standard-ops fallback before 2.17 cannot fail inside XLA (XLA has no data-dependent
   # errors): it writes nothing, where XLA alone would update the other rows and drop the bad one.
   from tf_opt_ops import ops
-  for name in ("LazyAdam", "ClippyAdagrad"):
+  for name in OPTS:
     tables = [tf.Variable(np.ones((10, 2), np.float32)) for _ in range(3)]
+    if name == "RowwiseAdagrad":  # one accumulator value per row
+      tables[1] = tf.Variable(np.ones((10,), np.float32))
 
     @tf.function(jit_compile=True)
     def step(indices, tables=tables, name=name):
@@ -110,6 +118,9 @@ def test_bad_index_inside_xla_fails_or_writes_nothing():
           ops.sparse_lazy_adam(*tables, grad.values, indices, beta_1_power=0.9, beta_2_power=0.999)
         else:
           _core.lazy_adam(*tables, grad, lr=0.05, beta_1=0.9, beta_2=0.999, epsilon=1e-7, step=1)
+      elif name == "RowwiseAdagrad":
+        _core.rowwise_adagrad(tables[0], tables[1], grad, lr=0.05, epsilon=1e-3, weight_decay=0.1,
+                              weight_decay_mode="decoupled")
       else:
         _core.clippy_adagrad(tables[0], tables[1], grad, lr=0.05, epsilon=1e-7,
                              variable_relative_threshold=0.1, accumulator_relative_threshold=0.0,
@@ -124,7 +135,7 @@ def test_bad_index_inside_xla_fails_or_writes_nothing():
     else:
       step(tf.constant([1, 10]))
     for table in tables:
-      np.testing.assert_array_equal(table.numpy(), np.ones((10, 2)), err_msg=name)
+      np.testing.assert_array_equal(table.numpy(), np.ones(table.shape), err_msg=name)
     step(tf.constant([1, 9]))  # and good indices still update
     assert not np.array_equal(tables[0].numpy(), np.ones((10, 2))), name
 
@@ -133,7 +144,7 @@ if __name__ == "__main__":  # without pytest: python tests/matrix/test_xla_kerne
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   test_xla_kernels_exactly_where_tensorflow_has_xlas_ffi()
   test_xla_library_loads_wherever_this_tensorflow_loads()
-  for name in ("LazyAdam", "ClippyAdagrad"):
+  for name in OPTS:
     test_jitted_update_same_numbers_and_fallback_logged(name)
   test_bad_index_inside_xla_fails_or_writes_nothing()
   print(f"TensorFlow {tf.__version__}: XLA kernels "

@@ -2,7 +2,9 @@
 
 The reference is held to FBGEMM's own EXACT_ROWWISE_ADAGRAD by tests/fbgemm/ (make
 fbgemm-tests); here the op is held to the reference: bit for bit for float32 and float64
-tables, to the storage rounding for float16 and bfloat16 ones.
+tables, to the storage rounding for float16 and bfloat16 ones; inside XLA
+(tf.function(jit_compile=True)) the op's XLA kernel, a custom call into the same CPU update, is
+held to the same reference.
 """
 
 import numpy as np
@@ -28,6 +30,20 @@ import common
 
 WEIGHT_DECAY_MODES = ("none", "l2", "decoupled")
 HYPER = dict(lr=0.05, epsilon=1e-3, weight_decay=0.1)
+# test_ops' modes, and the op inside XLA.
+RUN_MODES = MODES + ["xla"]
+
+
+def run_in(mode, fn, *args, **kwargs):
+  """test_ops.run, or with mode "xla" inside tf.function(jit_compile=True): the op's XLA kernel."""
+  if mode != "xla":
+    return run(mode, fn, *args, **kwargs)
+
+  @tf.function(jit_compile=True)
+  def compiled(*a):
+    fn(*a, **kwargs)
+
+  return compiled(*args)
 
 
 def accumulator_dtype(dtype):
@@ -54,7 +70,7 @@ def assert_accumulator_close(actual, expected, dtype):
 
 
 @pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", RUN_MODES)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matches_reference(dtype, index_dtype, mode, weight_decay_mode):
@@ -66,8 +82,8 @@ def test_matches_reference(dtype, index_dtype, mode, weight_decay_mode):
     grad = random((len(indices), dim), dtype, 40 + t, -2, 2)
     want_var, want_accum = reference_step(var, accum, grad, indices, dtype, weight_decay_mode,
                                           **HYPER)
-    run(mode, ops.sparse_rowwise_adagrad, var, accum, tf.constant(grad, dtype),
-        tf.constant(indices, index_dtype), weight_decay_mode=weight_decay_mode, **HYPER)
+    run_in(mode, ops.sparse_rowwise_adagrad, var, accum, tf.constant(grad, dtype),
+           tf.constant(indices, index_dtype), weight_decay_mode=weight_decay_mode, **HYPER)
     assert_close(numpy_of(var), want_var, dtype)
     assert_accumulator_close(accum, want_accum, dtype)
   for before, x in zip(untouched_before, (var, accum)):
@@ -119,8 +135,10 @@ def test_epsilon_is_outside_the_square_root():
   assert numpy_of(var)[0, 0] == f(1) - f(2) * (f(1) / f(3))  # in float32, as the kernel
 
 
-def test_many_rows_across_threads():
-  # Enough rows that the thread pool splits the work; duplicates everywhere.
+@pytest.mark.parametrize("mode", ["eager", "xla"])
+def test_many_rows_across_threads(mode):
+  # Enough rows that the thread pool splits the work (TensorFlow's, or XLA's inside XLA);
+  # duplicates everywhere.
   rows, dim, n = 5000, 16, 20000
   rng = np.random.default_rng(3)
   indices = rng.integers(0, rows, n)
@@ -130,8 +148,8 @@ def test_many_rows_across_threads():
   for weight_decay_mode in WEIGHT_DECAY_MODES:
     want_var, want_accum = reference_step(var, accum, grad, indices, tf.float32, weight_decay_mode,
                                           **HYPER)
-    ops.sparse_rowwise_adagrad(var, accum, grad, indices, weight_decay_mode=weight_decay_mode,
-                               **HYPER)
+    run_in(mode, ops.sparse_rowwise_adagrad, var, accum, tf.constant(grad), tf.constant(indices),
+           weight_decay_mode=weight_decay_mode, **HYPER)
     np.testing.assert_array_equal(numpy_of(var), want_var)
     np.testing.assert_array_equal(numpy_of(accum), want_accum)
 
@@ -147,25 +165,27 @@ def test_rank_3_table():
   np.testing.assert_array_equal(numpy_of(accum), want_accum)
 
 
+@pytest.mark.parametrize("mode", ["eager", "xla"])
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-def test_empty_indices_are_a_no_op(index_dtype):
+def test_empty_indices_are_a_no_op(index_dtype, mode):
   var, accum = rowwise_state(tf.float32, 3, 0.1)
   before = [numpy_of(x).copy() for x in (var, accum)]
-  ops.sparse_rowwise_adagrad(var, accum, tf.zeros((0, 3)), tf.zeros((0,), index_dtype),
-                             weight_decay_mode="decoupled", **HYPER)
+  run_in(mode, ops.sparse_rowwise_adagrad, var, accum, tf.zeros((0, 3)), tf.zeros(
+      (0,), index_dtype), weight_decay_mode="decoupled", **HYPER)
   assert_identical(before, (var, accum))
 
 
+@pytest.mark.parametrize("mode", ["eager", "xla"])
 @pytest.mark.parametrize("bad", [ROWS, -1, 2**40])
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES)
-def test_bad_indices_write_nothing(bad, index_dtype):
+def test_bad_indices_write_nothing(bad, index_dtype, mode):
   if index_dtype == tf.int32 and bad == 2**40:
     bad = 2**31 - 1
   var, accum = rowwise_state(tf.float32, 3, 0.1)
   before = [numpy_of(x).copy() for x in (var, accum)]
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[2\] = .* is not in"):
-    ops.sparse_rowwise_adagrad(var, accum, tf.ones((4, 3)), tf.constant([0, 1, bad, 1],
-                                                                        index_dtype))
+    run_in(mode, ops.sparse_rowwise_adagrad, var, accum, tf.ones((4, 3)),
+           tf.constant([0, 1, bad, 1], index_dtype))
   assert_identical(before, (var, accum))
 
 
@@ -178,7 +198,7 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", RUN_MODES)
 @pytest.mark.parametrize("case, kernel_error, graph_error", BAD_INPUTS,
                          ids=[case for case, _, _ in BAD_INPUTS])
 def test_bad_inputs_write_nothing(case, kernel_error, graph_error, mode):
@@ -189,9 +209,10 @@ def test_bad_inputs_write_nothing(case, kernel_error, graph_error, mode):
   grad = tf.ones((2, 4) if "grad" in case else (2, 3), dtype)
   lr = tf.constant([0.1, 0.1]) if "lr" in case else 0.1
   before = [numpy_of(x).copy() for x in (var, accum)]
-  match = graph_error if mode == "tf.function" and graph_error else kernel_error
+  # Inside XLA the kernel's checks run when the step compiles, with the OpKernel's words.
+  match = graph_error if mode != "eager" and graph_error else kernel_error
   with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=match):
-    run(mode, ops.sparse_rowwise_adagrad, var, accum, grad, tf.constant([0, 1]), lr=lr)
+    run_in(mode, ops.sparse_rowwise_adagrad, var, accum, grad, tf.constant([0, 1]), lr=lr)
   assert_identical(before, (var, accum))
 
 
@@ -220,19 +241,20 @@ SIXTEEN_BIT = [tf.float16, tf.bfloat16]
 
 
 @pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", RUN_MODES)
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT)
 def test_stochastic_rounding_matches_reference_bit_for_bit(dtype, mode, weight_decay_mode):
-  # Each step from the op's own state, so that the reference's bits must be the op's.
+  # Each step from the op's own state, so that the reference's bits must be the op's (inside
+  # XLA too: the XLA kernel takes the rounding from the op's attrs).
   dim = 70
   var, accum = rowwise_state(dtype, dim, 0.1)
   for t, indices in enumerate(STEP_INDICES, start=1):
     grad = random((len(indices), dim), dtype, 40 + t, -2, 2)
     want_var, want_accum = reference_step(var, accum, grad, indices, dtype, weight_decay_mode,
                                           stochastic_rounding=True, seed=1234 + t, **HYPER)
-    run(mode, ops.sparse_rowwise_adagrad, var, accum, tf.constant(grad, dtype),
-        tf.constant(indices, INDEX_DTYPES[t % 2]), weight_decay_mode=weight_decay_mode,
-        stochastic_rounding=True, seed=1234 + t, **HYPER)
+    run_in(mode, ops.sparse_rowwise_adagrad, var, accum, tf.constant(grad, dtype),
+           tf.constant(indices, INDEX_DTYPES[t % 2]), weight_decay_mode=weight_decay_mode,
+           stochastic_rounding=True, seed=1234 + t, **HYPER)
     np.testing.assert_array_equal(numpy_of(var).view(np.uint16), want_var.view(np.uint16))
     np.testing.assert_array_equal(numpy_of(accum), want_accum)
 

@@ -35,8 +35,10 @@ TARGETS = {
     ("LazyAdam", True): "tf_opt_ops_sparse_lazy_adam",
     ("ClippyAdagrad", True): "tf_opt_ops_sparse_clippy_adagrad",
     ("ClippyAdagrad", False): "tf_opt_ops_clippy_adagrad",
+    ("RowwiseAdagrad", True): "tf_opt_ops_sparse_rowwise_adagrad",
 }
-OPTS = ["LazyAdam", "ClippyAdagrad"]
+OPTS = ["LazyAdam", "ClippyAdagrad", "RowwiseAdagrad"]
+ROW_SLOT = f"f32[{ROWS}]"  # row-wise Adagrad's accumulator: one value per row
 FLAVORS = {"keras": k3_ops, "tf_keras": tfk_ops, "legacy": legacy_ops}
 NP_DTYPES = {"float32": np.float32, "float64": np.float64, "bfloat16": tf.bfloat16.as_numpy_dtype}
 
@@ -175,10 +177,8 @@ def test_tables_aliased_and_never_copied(flavor, opt_name, sparse):
   header = hlo.splitlines()[0]
   # The table and its slots (m and v, or the accumulator) go from parameter to
   # result in one buffer: XLA updates them where TensorFlow keeps them...
-  tables = {
-      int(n)
-      for n in re.findall(rf"= {re.escape(TABLE)}\{{1,0\}} parameter\((\d+)\).*XLA_Args", hlo)
-  }
+  state = rf"(?:{re.escape(TABLE)}\{{1,0\}}|{re.escape(ROW_SLOT)}\{{0\}})"
+  tables = {int(n) for n in re.findall(rf"= {state} parameter\((\d+)\).*XLA_Args", hlo)}
   assert len(tables) == (3 if opt_name == "LazyAdam" else 2), hlo
   aliased = {int(n) for n in re.findall(r"\{\d+\}: \((\d+), \{\}, may-alias\)", header)}
   assert tables <= aliased, (tables, header)
@@ -186,7 +186,10 @@ def test_tables_aliased_and_never_copied(flavor, opt_name, sparse):
   call = next(line for line in hlo.splitlines() if "custom-call(" in line)
   assert "output_to_operand_aliasing={{0}: (0, {}), {1}: (1, {})" in call, call
   # ...and nothing copies a table.
-  copies = [line for line in hlo.splitlines() if TABLE in line and " copy(" in line]
+  copies = [
+      line for line in hlo.splitlines()
+      if (TABLE in line or f"{ROW_SLOT}{{0}}" in line) and " copy(" in line
+  ]
   assert not copies, copies
 
 
@@ -222,7 +225,8 @@ def test_clippy_flags_bit_identical_with_and_without_xla(flavor, flag):
   _assert_bit_identical(_train(make, flavor, jit=True), _train(make, flavor, jit=False))
 
 
-@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad", "dense ClippyAdagrad"])
+@pytest.mark.parametrize("op",
+                         ["LazyAdam", "ClippyAdagrad", "dense ClippyAdagrad", "RowwiseAdagrad"])
 def test_large_updates_bit_identical_with_and_without_xla(op):
   # Large enough for every parallel loop on XLA's thread pool: the batch in
   # several chunks of RowGroups (grouped in parallel), the summing of
@@ -235,7 +239,8 @@ def test_large_updates_bit_identical_with_and_without_xla(op):
   values = rng.normal(size=(batch, dim)).astype(np.float32)
   results = []
   for jit in (False, True):
-    tables = [tf.Variable(init), tf.Variable(np.full((rows, dim), 0.1, np.float32))]
+    slot_shape = (rows,) if op == "RowwiseAdagrad" else (rows, dim)
+    tables = [tf.Variable(init), tf.Variable(np.full(slot_shape, 0.1, np.float32))]
     if op == "LazyAdam":
       tables.append(tf.Variable(np.zeros((rows, dim), np.float32)))
 
@@ -246,12 +251,16 @@ def test_large_updates_bit_identical_with_and_without_xla(op):
         return tf.constant(1.0)
       if op == "ClippyAdagrad":
         return ops.sparse_clippy_adagrad(*tables, g, i, lr=0.5)
+      if op == "RowwiseAdagrad":
+        ops.sparse_rowwise_adagrad(*tables, g, i, lr=0.5, weight_decay=0.01, weight_decay_mode="l2")
+        return tf.constant(1.0)
       return ops.clippy_adagrad(*tables, tf.math.unsorted_segment_sum(g, i, rows), lr=0.5)
 
     scales = [step(tf.constant(values), tf.constant(indices)).numpy() for _ in range(2)]
     results.append([t.numpy() for t in tables] + [np.array(scales)])
   _assert_bit_identical(results[1], results[0])
-  assert results[0][-1][0] < 1.0 or op == "LazyAdam"  # Clippy clipped: the reduction counted
+  # Clippy clipped: the reduction counted.
+  assert results[0][-1][0] < 1.0 or op in ("LazyAdam", "RowwiseAdagrad")
 
 
 def _routers(flavor):
@@ -327,6 +336,8 @@ KERAS3_FIT = {
     "loss_scale_factor": lambda model: k3_ops.LazyAdam(0.05, loss_scale_factor=128.0),
     "CompositeOptimizer": lambda model: k3_ops.CompositeOptimizer([(k3_ops.ClippyAdagrad(
         0.2), lambda: model.get_layer("emb").trainable_variables)]),
+    "RowwiseAdagrad": lambda model: k3_ops.RowwiseAdagrad(0.1, weight_decay=0.01, weight_decay_mode=
+                                                          "decoupled"),
 }
 
 
@@ -344,20 +355,32 @@ def _tables(n=3, rows=50):
   return [tf.Variable(np.full((rows, 4), k + 1.0, np.float32)) for k in range(n)]
 
 
+def _op_tables(op, rows=50):
+  """The variables of op `op` (_sparse_ops): a (rows, 4) table and its slots, row-wise
+  Adagrad's accumulator one value per row."""
+  n, _ = _sparse_ops()[op]
+  tables = _tables(n, rows)
+  if op == "RowwiseAdagrad":
+    tables[1] = tf.Variable(np.full((rows,), 2.0, np.float32))
+  return tables
+
+
 def _sparse_ops():
   hyper = dict(lr=0.1, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
   return {
       "LazyAdam": (3, lambda t, g, i: ops.sparse_lazy_adam(*t, g, i, beta_1_power=0.9, beta_2_power=
                                                            0.999, **hyper)),
       "ClippyAdagrad": (2, lambda t, g, i: ops.sparse_clippy_adagrad(*t, g, i, lr=0.1)),
+      "RowwiseAdagrad": (2, lambda t, g, i: ops.sparse_rowwise_adagrad(
+          *t, g, i, lr=0.1, weight_decay=0.1, weight_decay_mode="l2")),
   }
 
 
-@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad"])
+@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad", "RowwiseAdagrad"])
 @pytest.mark.parametrize("bad", [50, -1])
 def test_bad_index_fails_the_step_and_changes_nothing(op, bad):
-  n, apply = _sparse_ops()[op]
-  tables = _tables(n)
+  _, apply = _sparse_ops()[op]
+  tables = _op_tables(op)
 
   @tf.function(jit_compile=True)
   def step(g, i):
@@ -375,13 +398,14 @@ def test_bad_index_fails_the_step_and_changes_nothing(op, bad):
   assert not np.array_equal(tables[0].numpy(), before[0])
 
 
-@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad"])
+@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad", "RowwiseAdagrad"])
 def test_index_into_a_table_of_no_rows_fails_eagerly_in_a_graph_and_under_xla(op):
   # Every variable the custom call updates is then empty, and nothing reads
   # Clippy's scale here: XLA would drop the call, and its index check, unless
   # the call is kept.
-  n, apply = _sparse_ops()[op]
-  tables = _tables(n, rows=0)
+  _, apply = _sparse_ops()[op]
+  tables = _op_tables(op, rows=0)
+  shapes = [t.shape.as_list() for t in tables]
 
   def step(g, i):
     apply(tables, g, i)
@@ -390,7 +414,7 @@ def test_index_into_a_table_of_no_rows_fails_eagerly_in_a_graph_and_under_xla(op
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=re.escape("indices[0] = 0 is not in [0, 0)")):
       run(tf.ones((1, 4)), tf.constant([0]))
-  assert [t.shape.as_list() for t in tables] == [[0, 4]] * n
+  assert [t.shape.as_list() for t in tables] == shapes
 
 
 @pytest.mark.parametrize("flavor", FLAVORS)
@@ -413,20 +437,20 @@ def test_bad_index_in_an_optimizer_step_leaves_tables_and_slots(flavor, opt_name
   # update of the step, which XLA may have applied first: steps are not
   # transactions, with or without XLA.)
   after = _state(opt, [table])
-  slots = [k for k, a in enumerate(before) if a.shape == (ROWS, COLS)]
+  slots = [k for k, a in enumerate(before) if a.shape[:1] == (ROWS,)]
   assert len(slots) >= 2
   _assert_bit_identical([after[k] for k in slots], [before[k] for k in slots])
 
 
-@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad"])
+@pytest.mark.parametrize("op", ["LazyAdam", "ClippyAdagrad", "RowwiseAdagrad"])
 def test_bad_inputs_fail_with_the_opkernel_message(op):
   # What no shape function sees: a slot of another dtype. XLA's kernel checks
   # it at compile time, with the OpKernel's words.
-  n, apply = _sparse_ops()[op]
+  _, apply = _sparse_ops()[op]
   messages = []
   for jit in (False, True):
-    tables = _tables(n)
-    tables[1] = tf.Variable(np.zeros((50, 4), np.float64))
+    tables = _op_tables(op)
+    tables[1] = tf.Variable(np.zeros(tables[1].shape, np.float64))
 
     @tf.function(jit_compile=jit)
     def step(g, i, tables=tables):

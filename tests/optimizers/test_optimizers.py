@@ -251,12 +251,12 @@ def test_jit_compile_defaults_as_the_base_class_where_gpus_have_xla_kernels(flav
   monkeypatch.setattr(tf.compat.v2.config, "list_physical_devices", fake)
   assert flavor.keras.optimizers.Adam().jit_compile  # what the base class does here
   if _loader.xla_unavailable(gpu=True) is None:  # a CUDA build: GPUs have XLA kernels
-    for opt in OPTS:
+    for opt in OPTS + ["RowwiseAdagrad"]:
       assert make(flavor, opt).jit_compile
       assert make(flavor, opt, jit_compile=False).get_config()["jit_compile"] is False
   # Where GPUs have no XLA kernels, XLA would run the standard-ops fallback: off.
   monkeypatch.setattr(_loader, "_xla_gpu_unavailable", "no GPU kernels in this test")
-  for opt in OPTS:
+  for opt in OPTS + ["RowwiseAdagrad"]:
     optimizer = make(flavor, opt)
     assert optimizer.jit_compile is False
     assert optimizer.get_config()["jit_compile"] is False

@@ -1,12 +1,14 @@
 """RowwiseAdagrad in every flavor against reference.sparse_rowwise_adagrad, over several steps:
-sparse and dense gradients, eager and tf.function, configs, checkpoints and model files."""
+sparse and dense gradients, eager, tf.function and XLA, configs, checkpoints and model files."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import test_optimizers
 from test_optimizers import FLAVORS
 
 from tf_opt_ops import _core
+from tf_opt_ops import keras as k3
 from tf_opt_ops import reference
 
 import common
@@ -26,11 +28,15 @@ def flavor(request):
   return request.param
 
 
+# The ways an update runs inside XLA (test_optimizers' fixture): the op's XLA kernel, or the
+# standard-ops fallback where there is none.
+xla_kernels = test_optimizers.xla_kernels
+WEIGHT_DECAY_MODES = ["none", "l2", "decoupled"]
 OPTIONS = dict(learning_rate=0.05, initial_accumulator_value=0.1, epsilon=1e-3, weight_decay=0.1)
 # The op's results are the reference's bit for bit (tests/ops); here the flavors' inputs are
 # checked, to the last bits of a learning rate that went through float64 (and, for float64
-# tables, through Keras 3's float32 learning rate variable), and inside XLA, the standard ops'
-# row means.
+# tables, through Keras 3's float32 learning rate variable), and where XLA has no kernel for the
+# op, the standard ops' row means.
 TOL = {
     "float32": dict(rtol=1e-6, atol=1e-7), "float64": dict(rtol=1e-7, atol=1e-9),
     "float16": dict(rtol=1e-3, atol=1e-3), "bfloat16": dict(rtol=1e-2, atol=1e-2)
@@ -109,7 +115,7 @@ def train_and_compare(flavor, dtype, options, sparse, mode, steps=4, exact=False
   return opt, var
 
 
-@pytest.mark.parametrize("weight_decay_mode", ["none", "l2", "decoupled"])
+@pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
 @pytest.mark.parametrize("mode", ["eager", "tf.function"])
 def test_sparse_matches_reference(flavor, mode, weight_decay_mode):
   train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
@@ -191,26 +197,33 @@ def test_stochastic_rounding_config_round_trip(flavor):
     module.RowwiseAdagrad(seed=-1)
 
 
-def test_inside_xla_stochastic_rounding_is_refused_or_logged(flavor):
-  # Standard ops (inside XLA, where the op has no kernel) round to nearest only: asked for, the
-  # stochastic rounding is refused; by default it is dropped with a message.
-  sparse = tf.IndexedSlices(tf.ones((2, COLS), tf.bfloat16), tf.constant([1, 2]),
-                            tf.constant([ROWS, COLS]))
-  var = tf.Variable(tf.ones((ROWS, COLS), tf.bfloat16))
+def test_inside_xla_rounds_stochastically_as_outside(flavor, xla_kernels):
+  # The XLA kernel rounds a 16-bit table as the op does, bit for bit; the standard-ops fallback
+  # (no XLA kernels) rounds to nearest only, so asking it for stochastic rounding is refused.
+  sparse = tf.IndexedSlices(
+      tf.constant(np.linspace(-1e-3, 1e-3, 2 * COLS).reshape(2, COLS), tf.bfloat16),
+      tf.constant([1, 2]), tf.constant([ROWS, COLS]))
 
-  def xla_step(opt):
+  def train(opt, jit_compile):
+    var = tf.Variable(tf.ones((ROWS, COLS), tf.bfloat16), name="table")
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=jit_compile)
     def step():
       opt.apply_gradients([(sparse, var)])
 
-    step()
+    for _ in range(3):
+      step()
+    return var.numpy()
 
-  with pytest.raises(ValueError, match="stochastic_rounding=False"):
-    xla_step(flavor.module.RowwiseAdagrad(stochastic_rounding=True))
-  with common.tensorflow_log() as messages:
-    xla_step(flavor.module.RowwiseAdagrad())
-  assert any("rounds 16-bit tables to nearest" in m for m in messages)
+  if xla_kernels is not None:
+    with pytest.raises(ValueError, match="stochastic_rounding=False"):
+      train(flavor.module.RowwiseAdagrad(stochastic_rounding=True), jit_compile=True)
+    return
+  outside = train(flavor.module.RowwiseAdagrad(seed=3), jit_compile=False)
+  inside = train(flavor.module.RowwiseAdagrad(seed=3), jit_compile=True)
+  nearest = train(flavor.module.RowwiseAdagrad(stochastic_rounding=False), jit_compile=True)
+  np.testing.assert_array_equal(inside.view(np.uint16), outside.view(np.uint16))
+  assert (inside.view(np.uint16) != nearest.view(np.uint16)).any()
 
 
 def test_bad_options_are_refused(flavor):
@@ -281,13 +294,42 @@ def test_full_accumulator_checkpoint_fails_naming_the_layout(flavor, tmp_path):
     rowwise.apply_gradients([(sparse, restored_var)])
 
 
-@pytest.mark.parametrize("weight_decay_mode", ["l2", "decoupled"])
-def test_inside_xla_the_same_rule_runs_in_standard_ops(flavor, weight_decay_mode):
-  # No XLA kernel for the op yet: standard ops inside XLA, to float rounding (the row mean sums
-  # in another order); tf_keras' optimizer leaves jit_compile off for it.
-  if flavor.jit_compile_attribute:
-    assert flavor.module.RowwiseAdagrad().jit_compile is False
+@pytest.mark.parametrize("weight_decay_mode", WEIGHT_DECAY_MODES)
+def test_inside_xla(flavor, weight_decay_mode, xla_kernels):
+  # With the XLA kernels the op's custom call runs, bit for bit the op's results; where there
+  # are none (before TensorFlow 2.17, or a GPU variable without GPU kernels) the same rule in
+  # standard ops, to float rounding (the row mean sums in another order), logged once.
   with common.tensorflow_log() as messages:
     train_and_compare(flavor, "float32", dict(OPTIONS, weight_decay_mode=weight_decay_mode),
                       sparse=True, mode="xla")
-  assert any("RowwiseAdagrad runs inside an XLA-compiled function" in m for m in messages)
+  fallbacks = [m for m in messages if "falling back" in m]
+  if xla_kernels is None:
+    assert not fallbacks, fallbacks
+  else:
+    assert len(fallbacks) == 1 and "RowwiseAdagrad" in fallbacks[0], fallbacks
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_table_dtypes_inside_xla(flavor, dtype):
+  with common.tensorflow_log() as messages:
+    train_and_compare(flavor, dtype, dict(OPTIONS, weight_decay_mode="l2"), sparse=True, mode="xla")
+  assert not [m for m in messages if "falling back" in m]
+
+
+def test_keras3_fit_with_jit_compile_runs_the_xla_kernel():
+  # Keras 3 compiles `fit` with XLA wherever there is a GPU (jit_compile="auto"): the same
+  # model and data give the same weights with and without it, to the float rounding of the
+  # model's own gradients, which XLA computes in another order (with a gradient XLA computes
+  # bit for bit as TensorFlow does, the step is bit-identical: tests/ops/test_xla.py).
+  import keras
+
+  results = []
+  for jit_compile in (True, False):
+    opt = k3.RowwiseAdagrad(learning_rate=0.1, weight_decay=0.01, weight_decay_mode="l2")
+    with common.tensorflow_log() as messages:
+      model = check_fit(keras, opt, jit_compile=jit_compile)
+    assert not [m for m in messages if "falling back" in m]
+    results.append([np.asarray(w.numpy()) for w in model.weights + opt.variables])
+  assert len(results[0]) == len(results[1])
+  for got, want in zip(*results):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

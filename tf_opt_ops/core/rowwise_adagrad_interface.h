@@ -3,8 +3,8 @@
 // the order the shape function checks them and the OpKernel reads them.
 // StepFromValues unpacks them from one array (the hyperparameters, then the
 // weight decay mode as a number), the form of the `hyper` operand of the
-// other ops' XLA custom calls (xla_targets.h), for the XLA kernel this op
-// does not have yet. TensorFlow-free, as the other interfaces.
+// op's XLA custom call (xla_targets.h). TensorFlow-free, as the other
+// interfaces.
 #ifndef TF_OPT_OPS_CORE_ROWWISE_ADAGRAD_INTERFACE_H_
 #define TF_OPT_OPS_CORE_ROWWISE_ADAGRAD_INTERFACE_H_
 

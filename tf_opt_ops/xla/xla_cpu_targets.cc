@@ -13,6 +13,7 @@
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/rowwise_adagrad_interface.h"
 #include "tf_opt_ops/platform/huge_pages.h"
 #include "tf_opt_ops/xla/xla_targets.h"
 #if TF_OPT_OPS_XLA_FFI  // else nothing: see xla_targets.h
@@ -184,11 +185,51 @@ absl::Status ClippyAdagrad(const Call& call) {
   });
 }
 
+// The row-wise Adagrad target: the accumulator of the compute type, one
+// value per row of var.
+absl::Status SparseRowwiseAdagrad(const Call& call) {
+  using Operand = RowwiseAdagradOperand;
+  const char* target = kSparseRowwiseAdagrad;
+  if (absl::Status arity = CheckCall(call, target, Operand::kLayout + 1,
+                                     rowwise_adagrad::kNumVariables, /*aliased=*/0);
+      !arity.ok()) {
+    return arity;
+  }
+  const Buffer var = call.arg(Operand::kVar), grad = call.arg(Operand::kGrad),
+               indices = call.arg(Operand::kIndices);
+  return ForVariableType(target, var.dtype, [&](auto t) {
+    using T = decltype(t);
+    using C = ComputeT<T>;
+    return ForVariableType(target, call.arg(Operand::kAccum).dtype, [&](auto a) {
+      if constexpr (!std::is_same_v<decltype(a), C>) {
+        return Mismatch(target,
+                        absl::StrCat("an accumulator of XLA type ", call.arg(Operand::kAccum).dtype,
+                                     " (it is of the compute type, F32 or F64)"));
+      } else {
+        RowwiseAdagradStep<C> step =
+            rowwise_adagrad::StepFromValues(static_cast<const C*>(call.arg(Operand::kHyper).data));
+        const AdamStateLayout layout =
+            LayoutFromValues(static_cast<const int64_t*>(call.arg(Operand::kLayout).data));
+        step.stochastic_rounding = layout.stochastic_rounding;
+        step.seed = layout.seed;
+        return ForIndexType(target, indices.dtype, [&](auto i) {
+          using Tindex = decltype(i);
+          T* var_data = InPlaceSparse<T>(call, Operand::kVar);
+          C* accum_data = InPlaceSparse<C>(call, Operand::kAccum);
+          const xla_ffi::FfiCpuPool pool(call);
+          return cpu::SparseApplyRowwiseAdagrad<T, Tindex>(
+              pool, SparseGradOf<T, Tindex>(var, grad, indices), var_data, accum_data, step);
+        });
+      }
+    });
+  });
+}
+
 }  // namespace
 
 std::string RegisterCpuTargets(const XLA_FFI_Api* api) {
   return RegisterTargets<SparseLazyAdam<false>, SparseLazyAdam<true>, ClippyAdagrad<false>,
-                         ClippyAdagrad<true>>(api, "Host");
+                         ClippyAdagrad<true>, SparseRowwiseAdagrad>(api, "Host");
 }
 
 }  // namespace xla_targets

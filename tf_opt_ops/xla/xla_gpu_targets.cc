@@ -16,6 +16,7 @@
 #include "tf_opt_ops/core/errors.h"
 #include "tf_opt_ops/core/gpu_launchers.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/rowwise_adagrad_interface.h"
 #include "tf_opt_ops/xla/xla_gpu_copy.h"
 #include "tf_opt_ops/xla/xla_targets.h"
 #if TF_OPT_OPS_XLA_FFI  // else nothing: see xla_targets.h
@@ -261,6 +262,53 @@ absl::Status ClippyAdagrad(const Call& call) {
   });
 }
 
+// The row-wise Adagrad target: the accumulator of the compute type (float,
+// double for a double table), one value per row of var.
+absl::Status SparseRowwiseAdagrad(const Call& call) {
+  using Operand = RowwiseAdagradOperand;
+  const char* target = kSparseRowwiseAdagrad;
+  absl::Status status =
+      CheckCall(call, target, Operand::kLayout + 1, rowwise_adagrad::kNumVariables,
+                /*aliased=*/rowwise_adagrad::kNumVariables);
+  gpu::DType dtype, accum_dtype;
+  if (status.ok()) status = GpuTypeOf(target, call.arg(Operand::kVar).dtype, &dtype);
+  if (status.ok()) status = GpuTypeOf(target, call.arg(Operand::kAccum).dtype, &accum_dtype);
+  if (status.ok() &&
+      accum_dtype != (dtype == gpu::DType::kDouble ? gpu::DType::kDouble : gpu::DType::kFloat)) {
+    status = Mismatch(target,
+                      absl::StrCat("an accumulator of XLA type ", call.arg(Operand::kAccum).dtype,
+                                   " (it is of the compute type, F32 or F64)"));
+  }
+  gpu::SparseRows rows;
+  if (status.ok()) {
+    status = SparseRowsOf(target, call.arg(Operand::kVar), call.arg(Operand::kIndices), &rows);
+  }
+  GpuCall gpu_call(call);
+  void* stream = nullptr;
+  if (status.ok()) status = gpu_call.Stream(&stream);
+  if (!status.ok()) return status;
+  return WithComputeType(dtype, [&](auto c) {
+    using C = decltype(c);
+    C h[rowwise_adagrad::kNumHyperValues];
+    absl::Status read = gpu_call.Hyperparameters(call.arg(Operand::kHyper), stream,
+                                                 rowwise_adagrad::kNumHyperValues, h);
+    if (!read.ok()) return read;
+    AdamStateLayout layout;
+    read = ReadLayout(gpu_call, call.arg(Operand::kLayout), stream, &layout);
+    if (!read.ok()) return read;
+    RowwiseAdagradStep<double> step = CastStep<double>(rowwise_adagrad::StepFromValues(h));
+    step.stochastic_rounding = layout.stochastic_rounding;
+    step.seed = layout.seed;
+    return LaunchSparse(gpu_call, dtype, rows, stream, "SparseApplyRowwiseAdagrad",
+                        [&](void* scratch, size_t bytes, gpu::IndexError* bad) {
+                          return gpu::SparseApplyRowwiseAdagrad(
+                              dtype, rows, call.arg(Operand::kGrad).data,
+                              call.ret(Operand::kVar).data, call.ret(Operand::kAccum).data, step,
+                              scratch, bytes, stream, bad);
+                        });
+  });
+}
+
 #endif  // TF_OPT_OPS_XLA_FFI_HAS_0_1
 
 }  // namespace
@@ -268,7 +316,7 @@ absl::Status ClippyAdagrad(const Call& call) {
 std::string RegisterGpuTargets(const XLA_FFI_Api* api) {
 #if TF_OPT_OPS_XLA_FFI_HAS_0_1
   return RegisterTargets<SparseLazyAdam<false>, SparseLazyAdam<true>, ClippyAdagrad<false>,
-                         ClippyAdagrad<true>>(api, "CUDA");
+                         ClippyAdagrad<true>, SparseRowwiseAdagrad>(api, "CUDA");
 #else
   (void)api;
   return "this TensorFlow's XLA FFI has no GPU stream or device memory API (version 0.1, "

@@ -32,6 +32,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/rowwise_adagrad_interface.h"
 #include "tf_opt_ops/kernels/input_checks.h"
 #include "tf_opt_ops/xla/xla_ffi.h"
 #if __has_include("xla/hlo/builder/xla_builder.h")  // TensorFlow 2.19 on
@@ -53,6 +54,7 @@ constexpr char kClippyAdagradOp[] = "TfOptOps>ResourceApplyClippyAdagrad";
 constexpr char kSparseClippyAdagradOp[] = "TfOptOps>ResourceSparseApplyClippyAdagrad";
 constexpr char kClippyAdagradV2Op[] = "TfOptOps>ResourceApplyClippyAdagradV2";
 constexpr char kSparseClippyAdagradV2Op[] = "TfOptOps>ResourceSparseApplyClippyAdagradV2";
+constexpr char kSparseRowwiseAdagradOp[] = "TfOptOps>ResourceSparseApplyRowwiseAdagrad";
 
 // The compute type of the hyperparameters: float64 for float64 variables,
 // float32 for every other type (as the OpKernels read them).
@@ -369,6 +371,59 @@ class ClippyAdagradXla : public FusedOpXla {
   bool use_standard_accumulator_update_;
 };
 
+// Op ResourceSparseApplyRowwiseAdagrad: the accumulator of the compute type,
+// one value per row of var; the weight decay mode travels in `hyper`, the
+// table's rounding in the `layout` operand (seed, no step, kLayoutStochastic).
+class SparseApplyRowwiseAdagradXla : public FusedOpXla {
+ public:
+  explicit SparseApplyRowwiseAdagradXla(tensorflow::OpKernelConstruction* ctx)
+      : FusedOpXla(ctx, /*light=*/false, nullptr) {
+    std::string mode;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("weight_decay_mode", &mode));
+    OP_REQUIRES(
+        ctx, rowwise_adagrad::WeightDecayModeFromName(mode.c_str(), &mode_),
+        InvalidArgument("weight_decay_mode must be \"none\", \"l2\" or \"decoupled\", got \"", mode,
+                        "\""));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    using namespace rowwise_adagrad;  // NOLINT: the input names
+    TensorShape grad_shape, indices_shape;
+    std::vector<TensorShape> shapes;
+    std::vector<xla::XlaOp> vars;
+    const std::vector<DataType> dtypes = {dtype_, ScalarType(dtype_)};
+    OP_REQUIRES_OK(ctx, ReadVariables(ctx, dtypes, {kVariableNames, kVariableNames + kNumVariables},
+                                      /*row_slot=*/kAccum, &shapes, &vars));
+    xla::XlaOp hyper;
+    OP_REQUIRES_OK(ctx,
+                   Hyperparameters(ctx, dtype_, kFirstHyperparameter, kNumHyperparameters,
+                                   kHyperparameterNames, {static_cast<double>(mode_)}, &hyper));
+    OP_REQUIRES_OK(ctx, StaticShape(ctx, kGrad, "grad", &grad_shape));
+    OP_REQUIRES_OK(ctx, StaticShape(ctx, kIndices, "indices", &indices_shape));
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[kVar], grad_shape, indices_shape));
+    if (indices_shape.num_elements() == 0) return;  // nothing to update
+    std::vector<xla::Shape> results;
+    OP_REQUIRES_OK(ctx, VariableResults(dtypes, shapes, &results));
+    // In the order of xla_targets::RowwiseAdagradOperand.
+    xla::XlaBuilder* b = ctx->builder();
+    const xla::XlaOp layout =
+        xla::ConstantR1<int64_t>(b, {seed_, 0, stochastic_ ? xla_targets::kLayoutStochastic : 0});
+    const std::vector<xla::XlaOp> operands = {vars[kVar],           vars[kAccum], ctx->Input(kGrad),
+                                              ctx->Input(kIndices), hyper,        layout};
+    absl::StatusOr<xla::XlaOp> updated =
+        UpdateInPlace(ctx, xla_targets::kSparseRowwiseAdagrad, operands, results, kNumVariables);
+    OP_REQUIRES_OK(ctx, updated.status());
+    OP_REQUIRES_OK(ctx, AssignResults(ctx, dtypes, *updated));
+  }
+
+ private:
+  RowwiseWeightDecay mode_;
+  bool stochastic_ = false;
+  int64_t seed_ = 0;
+};
+
 template <typename Kernel>
 tensorflow::OpKernel* Create(tensorflow::OpKernelConstruction* ctx) {
   return new Kernel(ctx);
@@ -386,6 +441,7 @@ const XlaKernel kKernels[] = {
     {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true, false>>},
     {kClippyAdagradV2Op, Create<ClippyAdagradXla<false, true>>},
     {kSparseClippyAdagradV2Op, Create<ClippyAdagradXla<true, true>>},
+    {kSparseRowwiseAdagradOp, Create<SparseApplyRowwiseAdagradXla>},
 };
 
 // True once TensorFlow has turned the XLA op registry into kernels (at its

@@ -72,18 +72,20 @@ XLA_FFI_Error* Handler(XLA_FFI_CallFrame* frame) {
   return call.Fail(kBody(call));
 }
 
-// Registers the handlers of the four targets on `platform`. Returns "" or
+// Registers the handlers of the five targets on `platform`. Returns "" or
 // what failed.
 template <absl::Status (*kSparseLazyAdamBody)(const Call&),
           absl::Status (*kSparseLazyAdamV2Body)(const Call&),
           absl::Status (*kClippyAdagradBody)(const Call&),
-          absl::Status (*kSparseClippyAdagradBody)(const Call&)>
+          absl::Status (*kSparseClippyAdagradBody)(const Call&),
+          absl::Status (*kSparseRowwiseAdagradBody)(const Call&)>
 std::string RegisterTargets(const XLA_FFI_Api* api, const char* platform) {
   for (const auto& [name, handler] :
        {std::pair<const char*, XLA_FFI_Handler*>{kSparseLazyAdam, Handler<kSparseLazyAdamBody>},
         {kSparseLazyAdamV2, Handler<kSparseLazyAdamV2Body>},
         {kClippyAdagrad, Handler<kClippyAdagradBody>},
-        {kSparseClippyAdagrad, Handler<kSparseClippyAdagradBody>}}) {
+        {kSparseClippyAdagrad, Handler<kSparseClippyAdagradBody>},
+        {kSparseRowwiseAdagrad, Handler<kSparseRowwiseAdagradBody>}}) {
     const std::string error = xla_ffi::RegisterHandler(api, name, platform, handler);
     if (!error.empty()) return error;
   }

@@ -9,9 +9,10 @@
 // buffers and no step copies a table. The hyperparameters travel as one
 // vector of the compute type (float32, float64 for float64 variables), in
 // the order of the op's interface header (core/lazy_adam_interface.h,
-// core/clippy_adagrad_interface.h, which also unpack it); the Clippy flags
-// are in it as 0 or 1, so that a GPU target reads everything it needs from
-// the host with one copy.
+// core/clippy_adagrad_interface.h, core/rowwise_adagrad_interface.h, which
+// also unpack it); the Clippy flags are in it as 0 or 1 and row-wise
+// Adagrad's weight decay mode as its number, so that a GPU target reads
+// everything it needs from the host with one copy.
 //
 //   lazy Adam:     (var, m, v, grad, indices, hyper[6]) -> (var, m, v)
 //   lazy Adam V2:  (var, m, v, grad, indices, hyper[6], layout[3]) -> (var, m, v)
@@ -20,6 +21,10 @@
 //   Clippy:        (var, accum, grad, hyper[7][, layout[3]]) -> (var, accum, scale)
 //   sparse Clippy: (var, accum, grad, indices, hyper[7][, layout[3]]) -> (var, accum, scale)
 //     with the layout (V2 ops): accum of its own type, flags kLayoutStochastic
+//   row-wise Adagrad: (var, accum, grad, indices, hyper[4], layout[3]) -> (var, accum)
+//     accum of shape [rows], of the compute type; hyper: lr, epsilon,
+//     weight_decay, the weight decay mode; layout: seed, 0, flags
+//     kLayoutStochastic (a 16-bit table's rounding)
 //
 // A sparse target's indices are never empty (the XLA kernel emits no call
 // for an empty update) and their count is the static size of `indices`.
@@ -48,6 +53,7 @@ constexpr char kSparseLazyAdam[] = "tf_opt_ops_sparse_lazy_adam";
 constexpr char kSparseLazyAdamV2[] = "tf_opt_ops_sparse_lazy_adam_v2";
 constexpr char kClippyAdagrad[] = "tf_opt_ops_clippy_adagrad";
 constexpr char kSparseClippyAdagrad[] = "tf_opt_ops_sparse_clippy_adagrad";
+constexpr char kSparseRowwiseAdagrad[] = "tf_opt_ops_sparse_rowwise_adagrad";
 
 // The operands of the lazy Adam targets, by position.
 struct LazyAdamOperand {
@@ -60,6 +66,11 @@ struct ClippyOperand {
   enum : int { kVar = 0, kAccum, kGrad, kIndices };
   static constexpr int Hyper(bool sparse) { return sparse ? kIndices + 1 : kIndices; }
   static constexpr int kScaleResult = 2;
+};
+
+// The operands of the row-wise Adagrad target, by position.
+struct RowwiseAdagradOperand {
+  enum : int { kVar = 0, kAccum, kGrad, kIndices, kHyper, kLayout };
 };
 
 // The `layout` operand: seed, step, flags.
