@@ -71,6 +71,38 @@ absl::Status ValidateRows(const TensorShape& average, const TensorShape& indices
   return absl::OkStatus();
 }
 
+// The op's variables in kLockOrder: average and var of dtype T, synced int32.
+absl::Status DtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                           tensorflow::DataType want, tensorflow::DataType table) {
+  const char* average = moving_average::kVariableNames[0];
+  if (k == 0) {
+    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but T is ",
+                           tensorflow::DataTypeString(want),
+                           ": pass the table's dtype as T (the dtype of average and var).");
+  }
+  if (static_cast<int>(k) == moving_average::kSyncedSlot) {
+    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got),
+                           " but must be int32: create ", name,
+                           " as an int32 variable of one step count per row of ", average, ".");
+  }
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but ", average,
+                         " has dtype ", tensorflow::DataTypeString(table),
+                         ": create the average with the dtype of the table it averages.");
+}
+
+// synced: one int32 per row of average.
+absl::Status CheckSyncedShape(const char* name, const TensorShape& shape, const char* average_name,
+                              const TensorShape& average) {
+  // A 0-D average is ValidateRows' error, which names it.
+  if (average.dims() == 0 || IsRowSlotShape(shape, average)) return absl::OkStatus();
+  return InvalidArgument(name, " holds one step count per row of ", average_name,
+                         ", so its shape must be [", average.dim_size(0), "]: ", name, " ",
+                         shape.DebugString(), " vs ", average_name, " ", average.DebugString(),
+                         ": create ", name, " with shape [", average_name, ".shape[0]].");
+}
+
+constexpr VariableErrors kErrors{DtypeMismatch, CheckSyncedShape};
+
 }  // namespace
 
 // Op ResourceSparseApplyLazyMovingAverage.
@@ -90,7 +122,7 @@ class SparseApplyLazyMovingAverageOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true,
                                      {kLockOrder, kLockOrder + kNumVariables},
                                      {kVariableNames, kVariableNames + kNumVariables},
-                                     {t, t, tensorflow::DT_INT32}, kSyncedSlot));
+                                     {t, t, tensorflow::DT_INT32}, kSyncedSlot, kErrors));
     int32_t count = 0;
     C ema_momentum;
     OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kScalarNames[0], &count));
