@@ -7,9 +7,6 @@
 
 #include "tf_opt_ops/kernels/moving_average_kernels.h"
 
-#include <type_traits>
-
-#include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/core/cpu_moving_average.h"
 #include "tf_opt_ops/core/moving_average_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
@@ -140,26 +137,8 @@ class SparseApplyLazyMovingAverageOp : public tensorflow::OpKernel {
   bool use_locking_;
 };
 
-// The kernels for tables of half, bfloat16, float and double, with both index
-// types; on GPUs the scalars are read from host memory.
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
-      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyMovingAverage"),                            \
-               !std::is_same_v<Device, CPUDevice>, moving_average::kScalarNames, /*step=*/false) \
-          .TypeConstraint<T>("T")                                                                \
-          .TypeConstraint<Tindex>("Tindices"),                                                   \
-      SparseApplyLazyMovingAverageOp<Device, T, Tindex>);
-#define TF_OPT_OPS_REGISTER_T(Device, T) \
-  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
-#define TF_OPT_OPS_REGISTER_CPUDevice(T) TF_OPT_OPS_REGISTER_T(CPUDevice, T)
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPUDevice)
-#undef TF_OPT_OPS_REGISTER_CPUDevice
-#if GOOGLE_CUDA
-#define TF_OPT_OPS_REGISTER_GPUDevice(T) TF_OPT_OPS_REGISTER_T(GPUDevice, T)
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPUDevice)
-#undef TF_OPT_OPS_REGISTER_GPUDevice
-#endif  // GOOGLE_CUDA
-#undef TF_OPT_OPS_REGISTER_T
-#undef TF_OPT_OPS_REGISTER
+// On GPUs the scalars are read from host memory.
+TF_OPT_OPS_REGISTER_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyMovingAverage",
+                                    moving_average::kScalarNames, SparseApplyLazyMovingAverageOp)
 
 }  // namespace tf_opt_ops
