@@ -939,6 +939,21 @@ def adam_cases(quick):
   ]
 
 
+def measured_bandwidth_limits(quick, rounds):
+  """`bandwidth_limit` on arrays of 256 MiB with --quick, else 512 MiB."""
+  print("bandwidth limit ...", flush=True)
+  return bandwidth_limit(256 if quick else 512, rounds)
+
+
+def write_table(out, name, table):
+  """Writes the Markdown table as out/name.md and prints it."""
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, name + ".md"), "w") as f:
+    f.write(table + "\n")
+  print()
+  print(table)
+
+
 def write_results(report, stem, render, plot=None):
   """Writes the report as JSON, its table as Markdown and its plot (if any) as PNG; prints the
   table."""
@@ -1021,15 +1036,11 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "xla.json"), "w") as f:
       json.dump({"tf_version": tf.__version__, "keras3_xla": xla}, f, indent=1)
-    with open(os.path.join(args.out, "xla.md"), "w") as f:
-      f.write(table + "\n")
-    print()
-    print(table)
+    write_table(args.out, "xla", table)
     print(f"\nwrote {os.path.join(args.out, 'xla')}.json, .md in {time.time() - started:.0f} s")
     return
   if args.light:
-    print("bandwidth limit ...", flush=True)
-    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    limit = measured_bandwidth_limits(args.quick, rounds)[2]["median_gbs"]
     light = {}
     for case in light_cases(args.quick):
       print(f"lazy Adam by slot layout, {case.label} ...", flush=True)
@@ -1037,15 +1048,10 @@ def main(argv=None):
       gc.collect()
     table = (f"{machine()}, TensorFlow {tf.__version__}; bandwidth limit {limit:.1f} GB/s.\n\n" +
              render_light(light, limit))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "light.md"), "w") as f:
-      f.write(table + "\n")
-    print()
-    print(table)
+    write_table(args.out, "light", table)
     return
   if args.rowwise:
-    print("bandwidth limit ...", flush=True)
-    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    limit = measured_bandwidth_limits(args.quick, rounds)[2]["median_gbs"]
     report = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
@@ -1069,24 +1075,18 @@ def main(argv=None):
              "fbgemm"], r["bandwidth_limit_gbs"])))
     return
   if args.isa:
-    print("bandwidth limit ...", flush=True)
-    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    limit = measured_bandwidth_limits(args.quick, rounds)[2]["median_gbs"]
     levels = isa_levels_here()
     results = bench_isa(levels, ISA_CASES[:1] if args.quick else ISA_CASES, args.rounds or
                         (2 if args.quick else 4))
     table = (f"{machine()} (the best level here), TensorFlow {tf.__version__}; bandwidth limit "
              f"{limit:.1f} GB/s; load average {os.getloadavg()[0]:.1f} at the end.\n\n" +
              render_isa(results, limit))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "isa.md"), "w") as f:
-      f.write(table + "\n")
-    print()
-    print(table)
+    write_table(args.out, "isa", table)
     print(f"\nwrote {os.path.join(args.out, 'isa.md')} in {time.time() - started:.0f} s")
     return
   if args.features:
-    print("bandwidth limit ...", flush=True)
-    limit = bandwidth_limit(256 if args.quick else 512, rounds)[2]["median_gbs"]
+    limit = measured_bandwidth_limits(args.quick, rounds)[2]["median_gbs"]
     report = {
         "machine": machine(), "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
         "bandwidth_limit_gbs": limit,
@@ -1105,9 +1105,8 @@ def main(argv=None):
          f"start.\n\n" + render_features(r["features"])))
     return
   report = {"machine": machine(), "tf_version": tf.__version__, "quick": args.quick}
-  print("bandwidth limit ...", flush=True)
   report["bandwidth"] = {
-      str(k): v for k, v in bandwidth_limit(256 if args.quick else 512, rounds).items()
+      str(k): v for k, v in measured_bandwidth_limits(args.quick, rounds).items()
   }
   cases = adam_cases(args.quick)
   if args.optimizer:

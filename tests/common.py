@@ -94,3 +94,23 @@ def duplicate_id_batches(ids, batch, steps, seed=0):
   x[1::batch] = x[::batch]
   y = rng.normal(size=(batch * steps, 1)).astype(np.float32)
   return x, y
+
+
+def stored_tensor(stored, dtype):
+  """A tensor of tf_opt_ops.reference's stored values of `dtype` (bfloat16 stored as bits)."""
+  import ml_dtypes
+  import numpy as np
+  import tensorflow as tf
+
+  stored = np.asarray(stored)
+  if dtype == "bfloat16":
+    return tf.constant(stored.view(ml_dtypes.bfloat16))
+  return tf.constant(stored)
+
+
+def stored_values(variable, dtype):
+  """A variable's values as tf_opt_ops.reference stores them (bfloat16 as bits)."""
+  import numpy as np
+
+  value = variable.numpy()
+  return value.view(np.uint16) if dtype == "bfloat16" else value

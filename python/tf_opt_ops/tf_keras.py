@@ -72,6 +72,23 @@ class _TfKerasMixin:
     if self._use_weight_decay(variable):
       _core.decay_weights(variable, gradient, self.learning_rate, self.weight_decay)
 
+  def build(self, var_list):
+    """Checks a checkpoint restored before building, then builds the state (`_build_state`)
+    and the per-row state, with that checkpoint reaching the state of sharded variables."""
+    self._check_restored_slots(var_list)
+    with self._restoring_into_shards(var_list):
+      self._build_state(var_list)
+      self._build_row_state(var_list)
+
+  def _build_base_state(self, var_list):
+    """The base optimizer's state; True the first time only, when the optimizer's own state
+    is to be created (the idiom of tf_keras' Adam.build)."""
+    keras2.optimizers.Optimizer.build(self, var_list)
+    if getattr(self, "_built", False):
+      return False
+    self._built = True
+    return True
+
   def _build_row_state(self, var_list):
     """With EMA (outside tf.distribute and DTensor): each average's per-row sync step and its
     count of EMA steps, which keep it at sparse cost. Why: see docs/optimizers.md, "Keras
@@ -257,17 +274,15 @@ class LazyAdam(_core.LazyAdamMixin, _TfKerasMixin, keras2.optimizers.Adam):
     self._check_restored_slots(var_list)
     with self._restoring_into_shards(var_list), _restore_hints.name_the_slot_layout(self):
       if not self._light_slots.enabled:
-        super().build(var_list)
+        keras2.optimizers.Adam.build(self, var_list)
       else:
         self._build_light_state(var_list)
       self._build_row_state(var_list)
 
   def _build_light_state(self, var_list):
     # Adam.build's state (same names and order), in the light slots' dtypes and shapes.
-    super(keras2.optimizers.Adam, self).build(var_list)
-    if getattr(self, "_built", False):
+    if not self._build_base_state(var_list):
       return
-    self._built = True
     self._momentums, self._velocities = [], []
     for var in var_list:
       dtype = self._light_slots.slot_dtype_for(var)
@@ -302,18 +317,10 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _TfKerasMixin, keras2.optimizers.O
     self._learning_rate = self._build_learning_rate(learning_rate)
     self.clipping_factors = []
 
-  def build(self, var_list):
-    self._check_restored_slots(var_list)
-    with self._restoring_into_shards(var_list):
-      self._build_state(var_list)
-      self._build_row_state(var_list)
-
   def _build_state(self, var_list):
     # Same variables, names and order as TensorFlow Recommenders' ClippyAdagrad.
-    super().build(var_list)
-    if getattr(self, "_built", False):
+    if not self._build_base_state(var_list):
       return
-    self._built = True
     self._accumulators = []
     self.clipping_factors = []
     # _var_key(model variable) -> its clipping factor. The shards of a sharded
@@ -394,17 +401,9 @@ class RowwiseAdagrad(_core.RowwiseAdagradMixin, _TfKerasMixin, keras2.optimizers
     # weight_decay is FBGEMM's, applied by the op on the rows each step touches.
     return
 
-  def build(self, var_list):
-    self._check_restored_slots(var_list)
-    with self._restoring_into_shards(var_list):
-      self._build_state(var_list)
-      self._build_row_state(var_list)
-
   def _build_state(self, var_list):
-    super().build(var_list)
-    if getattr(self, "_built", False):
+    if not self._build_base_state(var_list):
       return
-    self._built = True
     self._accumulators = []
     for var in var_list:
       dtype = _core.rowwise_accumulator_dtype(var)

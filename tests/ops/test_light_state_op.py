@@ -7,7 +7,6 @@ and keyed by (seed, step, row, column). Why: see docs/design.md, "Light state".
 
 import itertools
 
-import ml_dtypes
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,24 +14,14 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
+from common import stored_tensor
+from common import stored_values
+
 LIGHT_DTYPES = ("float16", "bfloat16", "float32")
 ROWS, DIM = 12, 37  # a row wider than the 32 lanes of the row-wise mean
 STEP_INDICES = [[3, 0, 3, 7, 3], [11, 5, 0], [7, 7], [2, 9, 4, 9, 1, 10]]
 UNTOUCHED_ROWS = [6, 8]
 HYPER = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
-
-
-def _tensor(stored, dtype):
-  """A tensor of the reference's stored values (bfloat16 as bits)."""
-  stored = np.asarray(stored)
-  if dtype == "bfloat16":
-    return tf.constant(stored.view(ml_dtypes.bfloat16))
-  return tf.constant(stored)
-
-
-def _stored(variable, dtype):
-  value = variable.numpy()
-  return value.view(np.uint16) if dtype == "bfloat16" else value
 
 
 def _assert_same_bits(got, want, what):
@@ -72,7 +61,7 @@ def test_light_lazy_adam_matches_reference_bit_for_bit(dtype, slot_dtype, rowwis
       reference.random_values(rng, v_shape, slot_dtype, 0, 1e-4),
   ]
   dtypes = (dtype, slot_dtype, slot_dtype)
-  var, m, v = (tf.Variable(_tensor(x, d)) for x, d in zip(state, dtypes))
+  var, m, v = (tf.Variable(stored_tensor(x, d)) for x, d in zip(state, dtypes))
   light = dict(slot_dtype=slot_dtype, rowwise_second_moment=rowwise, stochastic_rounding=stochastic,
                seed=1234)
   untouched = state[0][UNTOUCHED_ROWS].copy()
@@ -83,11 +72,11 @@ def test_light_lazy_adam_matches_reference_bit_for_bit(dtype, slot_dtype, rowwis
                                        beta2_power=0.999**t, step=t,
                                        **{k: light[k] for k in light if k != "slot_dtype"},
                                        slot_dtype=slot_dtype)
-    _light_step(var, m, v, _tensor(grad, dtype), tf.constant(indices, index_dtype), t, mode,
+    _light_step(var, m, v, stored_tensor(grad, dtype), tf.constant(indices, index_dtype), t, mode,
                 **light)
     for name, variable, want, d in zip(("var", "m", "v"), (var, m, v), state, dtypes):
-      _assert_same_bits(_stored(variable, d), want, f"{name} after step {t}")
-  _assert_same_bits(_stored(var, dtype)[UNTOUCHED_ROWS], untouched, "untouched rows")
+      _assert_same_bits(stored_values(variable, d), want, f"{name} after step {t}")
+  _assert_same_bits(stored_values(var, dtype)[UNTOUCHED_ROWS], untouched, "untouched rows")
 
 
 def _first_moment_of(g, stochastic, seed=7, step=1, slot_dtype="bfloat16"):
@@ -188,7 +177,8 @@ def test_light_clippy_matches_reference_bit_for_bit(dtype, accumulator_dtype, st
   rng = np.random.default_rng(1)
   var, accum = (reference.random_values(rng, (ROWS, DIM), dtype),
                 reference.random_values(rng, (ROWS, DIM), accumulator_dtype, 0.0, 0.1))
-  tv, ta = tf.Variable(_tensor(var, dtype)), tf.Variable(_tensor(accum, accumulator_dtype))
+  tv, ta = tf.Variable(stored_tensor(var,
+                                     dtype)), tf.Variable(stored_tensor(accum, accumulator_dtype))
   hyper = dict(CLIPPY_HYPER, **CLIPPY_FLAGS[flags])
   for t, indices in enumerate(STEP_INDICES, start=1):
     light = dict(accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic, seed=77,
@@ -198,15 +188,15 @@ def test_light_clippy_matches_reference_bit_for_bit(dtype, accumulator_dtype, st
       var, accum, want_scale = reference.sparse_clippy_adagrad(var, accum, grad, indices, dtype,
                                                                **hyper, **light)
       scale = ops.sparse_clippy_adagrad(
-          tv, ta, _tensor(grad, dtype), tf.constant(indices, index_dtype), **hyper,
+          tv, ta, stored_tensor(grad, dtype), tf.constant(indices, index_dtype), **hyper,
           **dict(light, accumulator_dtype=tf.as_dtype(accumulator_dtype)))
     else:
       grad = reference.random_values(rng, (ROWS, DIM), dtype)
       var, accum, want_scale = reference.clippy_adagrad(var, accum, grad, dtype, **hyper, **light)
-      scale = ops.clippy_adagrad(tv, ta, _tensor(grad, dtype), **hyper,
+      scale = ops.clippy_adagrad(tv, ta, stored_tensor(grad, dtype), **hyper,
                                  **dict(light, accumulator_dtype=tf.as_dtype(accumulator_dtype)))
-    _assert_same_bits(_stored(tv, dtype), var, f"var after step {t}")
-    _assert_same_bits(_stored(ta, accumulator_dtype), accum, f"accum after step {t}")
+    _assert_same_bits(stored_values(tv, dtype), var, f"var after step {t}")
+    _assert_same_bits(stored_values(ta, accumulator_dtype), accum, f"accum after step {t}")
     assert float(scale) == float(want_scale), (t, float(scale), float(want_scale))
 
 

@@ -7,13 +7,17 @@ date, must be the stock EMA that moves every row every step. Why: see docs/optim
 "Keras features at sparse cost".
 """
 
-import ml_dtypes
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tf_opt_ops import ops
 from tf_opt_ops import reference
+
+from common import stored_tensor
+from common import stored_values
 
 ROWS, DIM = 13, 37
 # Steps of a table whose rows change where the indices name them: row 3 repeats within a
@@ -23,19 +27,6 @@ UNTOUCHED_ROWS = [6, 8]
 EMA_MOMENTUM = 0.8
 
 
-def _tensor(stored, dtype):
-  """A tensor of the reference's stored values (bfloat16 as bits)."""
-  stored = np.asarray(stored)
-  if dtype == "bfloat16":
-    return tf.constant(stored.view(ml_dtypes.bfloat16))
-  return tf.constant(stored)
-
-
-def _stored(variable, dtype):
-  value = variable.numpy()
-  return value.view(np.uint16) if dtype == "bfloat16" else value
-
-
 def _run_steps(dtype, index_dtype, mode):
   """Runs STEP_INDICES through the op and the reference, each step bringing the named rows'
   averages up to date and then changing those rows of the table; checks every step's average
@@ -43,7 +34,8 @@ def _run_steps(dtype, index_dtype, mode):
   rng = np.random.default_rng(3)
   table0 = reference.random_values(rng, (ROWS, DIM), dtype)
   average0 = reference.random_values(rng, (ROWS, DIM), dtype)
-  table, average = tf.Variable(_tensor(table0, dtype)), tf.Variable(_tensor(average0, dtype))
+  table, average = tf.Variable(stored_tensor(table0,
+                                             dtype)), tf.Variable(stored_tensor(average0, dtype))
   synced = tf.Variable(tf.zeros([ROWS], tf.int32))
   ref_table, ref_average, ref_synced = table0.copy(), average0.copy(), np.zeros(ROWS, np.int32)
 
@@ -58,12 +50,14 @@ def _run_steps(dtype, index_dtype, mode):
     ref_average, ref_synced = reference.sparse_moving_average(ref_average, ref_synced, ref_table,
                                                               indices, dtype, count=count,
                                                               ema_momentum=EMA_MOMENTUM)
-    np.testing.assert_array_equal(_stored(average, dtype), ref_average, err_msg=f"step {count}")
+    np.testing.assert_array_equal(stored_values(average, dtype), ref_average,
+                                  err_msg=f"step {count}")
     np.testing.assert_array_equal(synced.numpy(), ref_synced, err_msg=f"step {count}")
-    np.testing.assert_array_equal(_stored(average, dtype)[UNTOUCHED_ROWS], average0[UNTOUCHED_ROWS])
+    np.testing.assert_array_equal(
+        stored_values(average, dtype)[UNTOUCHED_ROWS], average0[UNTOUCHED_ROWS])
     changed = np.unique(indices)
     ref_table[changed] = reference.random_values(rng, (len(changed), DIM), dtype)
-    table.scatter_update(tf.IndexedSlices(_tensor(ref_table[changed], dtype), changed))
+    table.scatter_update(tf.IndexedSlices(stored_tensor(ref_table[changed], dtype), changed))
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -115,19 +109,41 @@ def test_bad_index_names_it_and_writes_nothing():
   np.testing.assert_array_equal(synced.numpy(), before[1])
 
 
-@pytest.mark.parametrize("what", ["synced", "average"])
-def test_bad_shapes_and_dtypes_are_named(what):
+def _replaced(what):
+  """The op's inputs with `what` replaced by a bad one; the error that names it."""
   table, average, synced = _variables()
-  match = {"synced": r"synced", "average": r"var has dtype double"}[what]
-  if what == "synced":
-    synced = tf.Variable(tf.zeros([ROWS + 1], tf.int32))
-  else:
+  kwargs = {}
+  if what == "var dtype":
     table = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
-  before = average.numpy()
-  with pytest.raises(tf.errors.InvalidArgumentError, match=match):
+    message = ("var has dtype double but average has dtype float: create the average with the "
+               "dtype of the table it averages.")
+  elif what == "average dtype":
+    average, kwargs = tf.Variable(tf.zeros((ROWS, DIM), tf.float64)), dict(dtype=tf.float32)
+    message = ("average has dtype double but T is float: pass the table's dtype as T (the dtype "
+               "of average and var).")
+  elif what == "synced dtype":
+    synced = tf.Variable(tf.zeros([ROWS]))
+    message = ("synced has dtype float but must be int32: create synced as an int32 variable of "
+               "one step count per row of average.")
+  else:
+    synced = tf.Variable(tf.zeros([ROWS + 1], tf.int32))
+    message = (f"synced holds one step count per row of average, so its shape must be [{ROWS}]: "
+               f"synced [{ROWS + 1}] vs average [{ROWS},{DIM}]: create synced with shape "
+               f"[average.shape[0]].")
+  return (table, average, synced, kwargs), message
+
+
+@pytest.mark.parametrize("what", ["var dtype", "average dtype", "synced dtype", "synced shape"])
+def test_bad_variable_is_named_in_the_op_inputs_words_and_nothing_is_written(what):
+  (table, average, synced, kwargs), message = _replaced(what)
+  before = [average.numpy(), synced.numpy()]
+  with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)) as error:
     ops.sparse_moving_average(average, synced, table, tf.constant([1, 2]), count=5,
-                              ema_momentum=EMA_MOMENTUM)
-  np.testing.assert_array_equal(average.numpy(), before)
+                              ema_momentum=EMA_MOMENTUM, **kwargs)
+  # The optimizers' words (a gradient, row-wise v) are not this op's.
+  assert "grad" not in str(error.value) and "rowwise" not in str(error.value)
+  np.testing.assert_array_equal(average.numpy(), before[0])
+  np.testing.assert_array_equal(synced.numpy(), before[1])
 
 
 def test_empty_indices_change_nothing():

@@ -213,3 +213,22 @@ def test_shape_functions_reject_at_graph_construction():
 
   with pytest.raises(ValueError, match="must be rank 0"):
     vector_lr.get_concrete_function()
+
+
+def test_optimizer_variable_errors_name_the_gradient_and_the_row_wise_slot():
+  # The optimizers' words for these errors; the moving average op has its own
+  # (test_moving_average_op.py).
+  var, m, v = state()
+  before = snapshot((var, m, v))
+  m64 = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
+  with pytest.raises(
+      tf.errors.InvalidArgumentError,
+      match=re.escape("m has dtype double but grad has dtype float: the variable, "
+                      "its slots and the gradient must share one dtype")):
+    lazy_adam(var, m64, v, GOOD_GRAD, [0, 1, 2])
+  with pytest.raises(
+      tf.errors.InvalidArgumentError,
+      match=re.escape("v holds one value per row of var (rowwise_second_moment=True), "
+                      f"so its shape must be [{ROWS}]: v [{ROWS},{DIM}] vs var")):
+    lazy_adam(var, m, v, GOOD_GRAD, [0, 1, 2], rowwise_second_moment=True)
+  assert_unchanged(before, (var, m, v))

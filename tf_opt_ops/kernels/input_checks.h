@@ -36,14 +36,18 @@ inline absl::Status SlotDtypeMismatch(const char* name, tensorflow::DataType slo
                          ": create the slot with that dtype, or pass the slot's dtype to the op.");
 }
 
+// Whether `shape` is [rows] of a table of `table_shape`: one value per row.
+inline bool IsRowSlotShape(const tensorflow::TensorShape& shape,
+                           const tensorflow::TensorShape& table_shape) {
+  return shape.dims() == 1 && table_shape.dims() >= 1 &&
+         shape.dim_size(0) == table_shape.dim_size(0);
+}
+
 // A slot of one value per row of its variable (row-wise v): shape [rows].
 inline absl::Status CheckRowSlotShape(const char* name, const tensorflow::TensorShape& shape,
                                       const char* first_name,
                                       const tensorflow::TensorShape& first_shape) {
-  if (shape.dims() == 1 && first_shape.dims() >= 1 &&
-      shape.dim_size(0) == first_shape.dim_size(0)) {
-    return absl::OkStatus();
-  }
+  if (IsRowSlotShape(shape, first_shape)) return absl::OkStatus();
   return InvalidArgument(name, " holds one value per row of ", first_name,
                          " (rowwise_second_moment=True), so its shape must be [",
                          first_shape.dims() >= 1 ? first_shape.dim_size(0) : 0, "]: ", name, " ",

@@ -10,6 +10,8 @@
 #ifndef TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_
 #define TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_
 
+#include <type_traits>
+
 #include "tensorflow/core/framework/op_kernel.h"
 
 namespace tf_opt_ops {
@@ -58,5 +60,33 @@ template <int N>
           [](::tensorflow::OpKernelConstruction* context) -> ::tensorflow::OpKernel* { \
             return new __VA_ARGS__(context);                                           \
           });
+
+// Registers the OpKernel class template `Kernel`<Device, T, Tindex> as the
+// sparse op `name` for tables of half, bfloat16, float and double with int32
+// and int64 indices, on the CPU and (with CUDA) on GPUs, where the inputs
+// named in the array `host_inputs` are read from host memory. At namespace
+// scope in tf_opt_ops, where CPUDevice and GPUDevice are the devices.
+#if GOOGLE_CUDA
+#define TF_OPT_OPS_REGISTER_SPARSE_TABLE_OP(name, host_inputs, Kernel)      \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_ON(CPUDevice, name, host_inputs, Kernel) \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_ON(GPUDevice, name, host_inputs, Kernel)
+#else
+#define TF_OPT_OPS_REGISTER_SPARSE_TABLE_OP(name, host_inputs, Kernel) \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_ON(CPUDevice, name, host_inputs, Kernel)
+#endif  // GOOGLE_CUDA
+#define TF_OPT_OPS_REGISTER_SPARSE_TABLE_ON(Device, name, host_inputs, Kernel)           \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_T(Device, name, host_inputs, Kernel, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_T(Device, name, host_inputs, Kernel, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_T(Device, name, host_inputs, Kernel, float)           \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_T(Device, name, host_inputs, Kernel, double)
+#define TF_OPT_OPS_REGISTER_SPARSE_TABLE_T(Device, name, host_inputs, Kernel, T)         \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_KERNEL(Device, name, host_inputs, Kernel, T, int32_t) \
+  TF_OPT_OPS_REGISTER_SPARSE_TABLE_KERNEL(Device, name, host_inputs, Kernel, T, int64_t)
+#define TF_OPT_OPS_REGISTER_SPARSE_TABLE_KERNEL(Device, name, host_inputs, Kernel, T, Tindex) \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                 \
+      KernelOn(Name(name), !std::is_same_v<Device, CPUDevice>, host_inputs, /*step=*/false)   \
+          .TypeConstraint<T>("T")                                                             \
+          .TypeConstraint<Tindex>("Tindices"),                                                \
+      Kernel<Device, T, Tindex>);
 
 #endif  // TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_

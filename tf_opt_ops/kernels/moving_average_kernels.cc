@@ -7,9 +7,6 @@
 
 #include "tf_opt_ops/kernels/moving_average_kernels.h"
 
-#include <type_traits>
-
-#include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/core/cpu_moving_average.h"
 #include "tf_opt_ops/core/moving_average_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
@@ -71,6 +68,38 @@ absl::Status ValidateRows(const TensorShape& average, const TensorShape& indices
   return absl::OkStatus();
 }
 
+// The op's variables in kLockOrder: average and var of dtype T, synced int32.
+absl::Status DtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                           tensorflow::DataType want, tensorflow::DataType table) {
+  const char* average = moving_average::kVariableNames[0];
+  if (k == 0) {
+    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but T is ",
+                           tensorflow::DataTypeString(want),
+                           ": pass the table's dtype as T (the dtype of average and var).");
+  }
+  if (static_cast<int>(k) == moving_average::kSyncedSlot) {
+    return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got),
+                           " but must be int32: create ", name,
+                           " as an int32 variable of one step count per row of ", average, ".");
+  }
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but ", average,
+                         " has dtype ", tensorflow::DataTypeString(table),
+                         ": create the average with the dtype of the table it averages.");
+}
+
+// synced: one int32 per row of average.
+absl::Status CheckSyncedShape(const char* name, const TensorShape& shape, const char* average_name,
+                              const TensorShape& average) {
+  // A 0-D average is ValidateRows' error, which names it.
+  if (average.dims() == 0 || IsRowSlotShape(shape, average)) return absl::OkStatus();
+  return InvalidArgument(name, " holds one step count per row of ", average_name,
+                         ", so its shape must be [", average.dim_size(0), "]: ", name, " ",
+                         shape.DebugString(), " vs ", average_name, " ", average.DebugString(),
+                         ": create ", name, " with shape [", average_name, ".shape[0]].");
+}
+
+constexpr VariableErrors kErrors{DtypeMismatch, CheckSyncedShape};
+
 }  // namespace
 
 // Op ResourceSparseApplyLazyMovingAverage.
@@ -90,7 +119,7 @@ class SparseApplyLazyMovingAverageOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true,
                                      {kLockOrder, kLockOrder + kNumVariables},
                                      {kVariableNames, kVariableNames + kNumVariables},
-                                     {t, t, tensorflow::DT_INT32}, kSyncedSlot));
+                                     {t, t, tensorflow::DT_INT32}, kSyncedSlot, kErrors));
     int32_t count = 0;
     C ema_momentum;
     OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kScalarNames[0], &count));
@@ -108,26 +137,8 @@ class SparseApplyLazyMovingAverageOp : public tensorflow::OpKernel {
   bool use_locking_;
 };
 
-// The kernels for tables of half, bfloat16, float and double, with both index
-// types; on GPUs the scalars are read from host memory.
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
-      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyMovingAverage"),                            \
-               !std::is_same_v<Device, CPUDevice>, moving_average::kScalarNames, /*step=*/false) \
-          .TypeConstraint<T>("T")                                                                \
-          .TypeConstraint<Tindex>("Tindices"),                                                   \
-      SparseApplyLazyMovingAverageOp<Device, T, Tindex>);
-#define TF_OPT_OPS_REGISTER_T(Device, T) \
-  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
-#define TF_OPT_OPS_REGISTER_CPUDevice(T) TF_OPT_OPS_REGISTER_T(CPUDevice, T)
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_CPUDevice)
-#undef TF_OPT_OPS_REGISTER_CPUDevice
-#if GOOGLE_CUDA
-#define TF_OPT_OPS_REGISTER_GPUDevice(T) TF_OPT_OPS_REGISTER_T(GPUDevice, T)
-TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_GPUDevice)
-#undef TF_OPT_OPS_REGISTER_GPUDevice
-#endif  // GOOGLE_CUDA
-#undef TF_OPT_OPS_REGISTER_T
-#undef TF_OPT_OPS_REGISTER
+// On GPUs the scalars are read from host memory.
+TF_OPT_OPS_REGISTER_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyMovingAverage",
+                                    moving_average::kScalarNames, SparseApplyLazyMovingAverageOp)
 
 }  // namespace tf_opt_ops

@@ -60,6 +60,29 @@ absl::Status CopyToNewBuffer(OpKernelContext* ctx, Tensor* tensor) {
   return absl::OkStatus();
 }
 
+// The errors LockedVariables::Acquire returns for a variable of the wrong
+// dtype and a row slot of the wrong shape, in the words of the op's own
+// inputs. The default, kOptimizerVariableErrors, is the optimizers' words.
+struct VariableErrors {
+  // Variable `k` of Acquire's `inputs`, named `name`, has dtype `got`, not
+  // `want`; `table` is the dtype wanted for variable 0.
+  absl::Status (*dtype_mismatch)(size_t k, const char* name, tensorflow::DataType got,
+                                 tensorflow::DataType want, tensorflow::DataType table);
+  // OK, or the error of a row slot `name` of `shape` beside the table
+  // `table_name` of `table_shape`.
+  absl::Status (*check_row_slot_shape)(const char* name, const TensorShape& shape,
+                                       const char* table_name, const TensorShape& table_shape);
+};
+
+// The optimizers' variables: T is grad's dtype, and a V2 op's slot dtype
+// (Tslot, Taccum) may differ from it.
+inline absl::Status OptimizerDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                                           tensorflow::DataType want, tensorflow::DataType table) {
+  return k > 0 && want != table ? SlotDtypeMismatch(name, got, want)
+                                : VariableDtypeMismatch(name, got, want);
+}
+inline constexpr VariableErrors kOptimizerVariableErrors{OptimizerDtypeMismatch, CheckRowSlotShape};
+
 // Holds the locks of the op's resource variables and their live tensors, as
 // TensorFlow's training ops do (training_op_helpers.h), written with the
 // public Var API only: each variable's mutex taken once, in address order,
@@ -83,10 +106,11 @@ class LockedVariables {
   // `inputs` are the input positions of the resource variables (the table
   // first, then its slots), of `dtypes`; `names` name them in errors. Unless
   // `row_slot` is -1, the variable at that position of `inputs` holds one
-  // value per row of the first.
+  // value per row of the first. `errors` words the dtype and row slot errors.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names,
-                       const std::vector<tensorflow::DataType>& dtypes, int row_slot) {
+                       const std::vector<tensorflow::DataType>& dtypes, int row_slot,
+                       const VariableErrors& errors = kOptimizerVariableErrors) {
     std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(inputs.size());
     bool all_copy_on_read = true;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -104,9 +128,7 @@ class LockedVariables {
       const tensorflow::DataType var_dtype = var->tensor()->dtype();
       if (var_dtype == tensorflow::DT_INVALID) return Uninitialized(ctx, names[k], inputs[k]);
       if (var_dtype != dtypes[k]) {
-        return k > 0 && dtypes[k] != dtypes[0]
-                   ? SlotDtypeMismatch(names[k], var_dtype, dtypes[k])
-                   : VariableDtypeMismatch(names[k], var_dtype, dtypes[k]);
+        return errors.dtype_mismatch(k, names[k], var_dtype, dtypes[k], dtypes[0]);
       }
       all_copy_on_read = all_copy_on_read && var->copy_on_read_mode.load();
     }
@@ -135,7 +157,8 @@ class LockedVariables {
     for (size_t k = 1; k < inputs.size(); ++k) {
       TF_RETURN_IF_ERROR(
           static_cast<int>(k) == row_slot
-              ? CheckRowSlotShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape())
+              ? errors.check_row_slot_shape(names[k], tensors_[k].shape(), names[0],
+                                            tensors_[0].shape())
               : CheckSameShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape()));
     }
     if constexpr (std::is_same_v<Device, CPUDevice>) {
