@@ -191,7 +191,8 @@ def test_bad_indices_write_nothing(bad, index_dtype, mode):
 
 # (case, the kernel's error, the shape function's where it rejects the case in a graph first)
 BAD_INPUTS = [
-    ("accum per element", "accum holds one value per row", "must be rank 1"),
+    ("accum per element", r"accum holds one value per row of var \(row-wise Adagrad's "
+     r"accumulator\).*create accum with shape \[var.shape\[0\]\]", "must be rank 1"),
     ("accum of the table's float16", "accum has dtype half", None),
     ("grad rows of another shape", "grad rows must have the shape", "Dimension 1 in both shapes"),
     ("lr not a scalar", "lr must be a scalar", "must be rank 0"),

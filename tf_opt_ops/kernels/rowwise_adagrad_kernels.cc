@@ -8,7 +8,6 @@
 #include "tf_opt_ops/kernels/rowwise_adagrad_kernels.h"
 
 #include <string>
-#include <type_traits>
 
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/rowwise_adagrad_interface.h"
@@ -53,6 +52,24 @@ struct SparseApplyRowwiseAdagrad<GPUDevice, T, Tindex> {
 
 }  // namespace functor
 
+namespace {
+
+// accum: one value per row of var (the optimizer's own accumulator, not a
+// LazyAdam option), so the shape error says how to make one.
+absl::Status CheckAccumShape(const char* name, const TensorShape& shape, const char* var_name,
+                             const TensorShape& var_shape) {
+  if (IsRowSlotShape(shape, var_shape)) return absl::OkStatus();
+  return InvalidArgument(name, " holds one value per row of ", var_name,
+                         " (row-wise Adagrad's accumulator), so its shape must be [",
+                         var_shape.dims() >= 1 ? var_shape.dim_size(0) : 0, "]: ", name, " ",
+                         shape.DebugString(), " vs ", var_name, " ", var_shape.DebugString(),
+                         ": create ", name, " with shape [", var_name, ".shape[0]].");
+}
+
+constexpr VariableErrors kErrors{OptimizerDtypeMismatch, CheckAccumShape};
+
+}  // namespace
+
 // Op ResourceSparseApplyRowwiseAdagrad: accum of the compute type, one value
 // per row of var.
 template <typename Device, typename T, typename Tindex>
@@ -81,7 +98,7 @@ class SparseApplyRowwiseAdagradOp : public tensorflow::OpKernel {
         ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true, {kVar, kAccum},
                           {kVariableNames, kVariableNames + kNumVariables},
                           {tensorflow::DataTypeToEnum<T>::v(), tensorflow::DataTypeToEnum<C>::v()},
-                          /*row_slot=*/kAccum));
+                          /*row_slot=*/kAccum, kErrors));
     C hyper[kNumHyperparameters];
     for (int k = 0; k < kNumHyperparameters; ++k) {
       OP_REQUIRES_OK(ctx,
@@ -104,28 +121,8 @@ class SparseApplyRowwiseAdagradOp : public tensorflow::OpKernel {
   uint64_t seed_;
 };
 
-// The kernels on Device for tables of half, bfloat16, float and double, with
-// both index types.
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                               \
-  TF_OPT_OPS_REGISTER_KERNEL(KernelOn(Name("TfOptOps>ResourceSparseApplyRowwiseAdagrad"),    \
-                                      !std::is_same_v<Device, CPUDevice>,                    \
-                                      rowwise_adagrad::kHyperparameterNames, /*step=*/false) \
-                                 .TypeConstraint<T>("T")                                     \
-                                 .TypeConstraint<Tindex>("Tindices"),                        \
-                             SparseApplyRowwiseAdagradOp<Device, T, Tindex>);
-#define TF_OPT_OPS_REGISTER_T(Device, T) \
-  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
-#define TF_OPT_OPS_REGISTER_DEVICE(Device)       \
-  TF_OPT_OPS_REGISTER_T(Device, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_T(Device, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_T(Device, float)           \
-  TF_OPT_OPS_REGISTER_T(Device, double)
-TF_OPT_OPS_REGISTER_DEVICE(CPUDevice)
-#if GOOGLE_CUDA
-TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
-#endif
-#undef TF_OPT_OPS_REGISTER_DEVICE
-#undef TF_OPT_OPS_REGISTER_T
-#undef TF_OPT_OPS_REGISTER
+TF_OPT_OPS_REGISTER_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyRowwiseAdagrad",
+                                    rowwise_adagrad::kHyperparameterNames,
+                                    SparseApplyRowwiseAdagradOp)
 
 }  // namespace tf_opt_ops
