@@ -631,6 +631,7 @@ def run_optimizer(args, rounds):
         rows.append(f"| {case.label} | {flavor} | {r['label']} | {_fmt_ms(r['step'])} | "
                     f"{r['examples_per_s']:,.0f} | {r['optimizer_ms']:.3g} | "
                     f"{r['x_floor']['median_ms']:.2f}× |")
+        print(rows[-1], flush=True)  # as it comes: a long run's flavors finish far apart
   table = "\n".join([
       f"DLRM step by the tables' optimizer ({platform.processor() or platform.machine()}, "
       f"{os.cpu_count()} cores, TensorFlow {tf.__version__}, {rounds} rounds):", "",
