@@ -1,7 +1,7 @@
 """End-to-end benchmark: a whole train step of a DLRM-shaped recommender.
 
     python -m benchmarks.bench_e2e [--quick] [--rounds N] [--out bench/results]
-                                   [--memory-gib 24]
+                                   [--memory-gib 24] [--optimizer rowwise_adagrad]
 
 The model has the shape of DLRM on the Criteo display-advertising data: 26
 embedding tables with the Kaggle set's cardinalities (3 to 10,131,227 rows),
@@ -27,6 +27,11 @@ A step is `tf.function(forward, backward, optimizer)` with:
   momentum 0, which it scales and adds to the table densely);
 - `floor`: plain SGD that scatters only the touched rows, the least an
   optimizer can do.
+
+`--optimizer rowwise_adagrad` instead times our `RowwiseAdagrad` on the tables
+(`MultiOptimizer`, `LazyAdam` on the MLPs, as TorchRec pairs its fused
+row-wise tables with a dense optimizer) against `lazy_adam` and the floor, in
+one process per flavor (`optimizer_cases`).
 
 Each case runs in a subprocess per Keras flavor (Keras 3, and tf_keras with
 `TF_USE_LEGACY_KERAS=1`), so each has its own peak RSS. Where the contenders'
@@ -79,11 +84,17 @@ LIGHT_CONTENDERS = {
     "lazy_adam_light": ("ours: LazyAdam, bfloat16 m + row-wise v", "adam_rowwise", "adam_rowwise"),
 }
 LIGHT_OPTIONS = dict(slot_dtype="bfloat16", rowwise_second_moment=True)
+# `--optimizer`: another optimizer on the tables, against LazyAdam on everything.
+OPTIMIZER_CONTENDERS = {
+    "rowwise_adagrad":
+        ("ours: MultiOptimizer(RowwiseAdagrad, LazyAdam)", "rowwise_adagrad", "adam"),
+}
+ROWWISE_ADAGRAD = dict(learning_rate=0.01, epsilon=1e-8)
 # Each contender's state, in units of the tables' size, and those whose dense
 # whole-table updates allocate table-sized temporaries (for the memory estimate).
 STATE_UNITS = {
     "lazy_adam": 2, "multi": 2, "composite": 2, "adam": 2, "keras_sgd": 1, "floor": 0,
-    "lazy_adam_light": 0.5
+    "lazy_adam_light": 0.5, "rowwise_adagrad": 0.1
 }
 DENSE_TEMPORARIES = ("adam", "keras_sgd")
 # Where our LazyAdam also runs alone in a process of its own. The contenders
@@ -327,6 +338,12 @@ def make_contender(name, flavor, model):
     return RowScatterSGD()
   if name == "lazy_adam_light":
     return KerasOptimizerStep(ours.LazyAdam(**ADAM, **LIGHT_OPTIONS))
+  if name == "rowwise_adagrad":
+    return KerasOptimizerStep(
+        ours.MultiOptimizer([
+            ours.OptimizerBlocks(ours.RowwiseAdagrad(**ROWWISE_ADAGRAD), model.tables),
+            ours.OptimizerBlocks(ours.LazyAdam(**ADAM), model.mlps)
+        ]))
   raise ValueError(f"unknown contender {name!r}; expected one of {sorted(CONTENDERS)}")
 
 
@@ -350,6 +367,10 @@ def reference_first_step(rule, w, g, g_squares):
     alpha = lr * np.sqrt(1 - b2) / (1 - b1)
     mean_square = (g * g).reshape(len(g), -1).mean(axis=1).reshape((-1,) + (1,) * (g.ndim - 1))
     return w - alpha * ((1 - b1) * g) / (np.sqrt((1 - b2) * mean_square) + eps)
+  if rule == "rowwise_adagrad":  # from a zero accumulator: each row's mean g^2
+    mean_square = (g * g).reshape(len(g), -1).mean(axis=1).reshape((-1,) + (1,) * (g.ndim - 1))
+    return w - ROWWISE_ADAGRAD["learning_rate"] * g / (np.sqrt(mean_square) +
+                                                       ROWWISE_ADAGRAD["epsilon"])
   if rule == "clippy":
     c = CLIPPY
     p = 1 / np.sqrt(c["initial_accumulator_value"] + c["epsilon"])
@@ -471,7 +492,7 @@ def run_case(case, flavor, rounds, contenders=tuple(CONTENDERS), batches=4):
   check = FirstStepCheck(model, tf.function(gradients)(*steps[0]))
   variants = {"forward": forward, "forward_backward": forward_backward}
   for name in contenders:
-    label, table_rule, mlp_rule = {**CONTENDERS, **LIGHT_CONTENDERS}[name]
+    label, table_rule, mlp_rule = {**CONTENDERS, **LIGHT_CONTENDERS, **OPTIMIZER_CONTENDERS}[name]
     table_rule = STOCK_ADAM_TABLE_RULE[flavor] if table_rule == "stock_adam" else table_rule
     peak_known = _reset_peak_rss()
     before = _status_mib("VmRSS")
@@ -580,6 +601,45 @@ def run_light(args, rounds, flavor="tf_keras"):
   ])
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "e2e_light.md"), "w") as f:
+    f.write(table + "\n")
+  print(table, flush=True)
+
+
+def optimizer_cases(quick):
+  """The `--optimizer` cases: the issue's table width (d=64) at the cap and batch of the full
+  run's largest d=64 case, or the quick case."""
+  return quick_cases() if quick else [DlrmCase(1_000_000, 64, 16_384)]
+
+
+def run_optimizer(args, rounds):
+  """The `--optimizer` run: `lazy_adam`, the optimizer's contender and the floor in one process
+  per flavor and case; a table of results."""
+  contenders = ("lazy_adam", args.optimizer, "floor")
+  rows = []
+  for case in optimizer_cases(args.quick):
+    estimate = case.memory_estimate_gib(contenders)
+    if estimate > args.memory_gib:
+      print(
+          f"DLRM {case.label}: skipped, needs about {estimate:.0f} GiB "
+          f"(--memory-gib {args.memory_gib:g})", flush=True)
+      continue
+    for flavor in FLAVORS:
+      print(f"DLRM {case.label}, {flavor}: {', '.join(contenders)}", flush=True)
+      result = run_worker_subprocess(case, flavor, rounds, contenders)
+      for name in contenders[:-1]:
+        r = result["contenders"][name]
+        rows.append(f"| {case.label} | {flavor} | {r['label']} | {_fmt_ms(r['step'])} | "
+                    f"{r['examples_per_s']:,.0f} | {r['optimizer_ms']:.3g} | "
+                    f"{r['x_floor']['median_ms']:.2f}× |")
+        print(rows[-1], flush=True)  # as it comes: a long run's flavors finish far apart
+  table = "\n".join([
+      f"DLRM step by the tables' optimizer ({platform.processor() or platform.machine()}, "
+      f"{os.cpu_count()} cores, TensorFlow {tf.__version__}, {rounds} rounds):", "",
+      "| case | flavor | optimizer | step ms (min–max) | examples/s | optimizer ms | × floor |",
+      "|---|---|---|---|---|---|---|", *rows
+  ])
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, f"e2e_{args.optimizer}.md"), "w") as f:
     f.write(table + "\n")
   print(table, flush=True)
 
@@ -731,6 +791,9 @@ def main(argv=None):
       "--light", action="store_true",
       help="light state: uncapped tables at d=64 with bfloat16 m + row-wise v, against float32 "
       "slots at the largest cap that fits (tf_keras)")
+  parser.add_argument(
+      "--optimizer", choices=tuple(OPTIMIZER_CONTENDERS), default=None,
+      help="instead: this optimizer on the tables against LazyAdam, d=64 (both flavors)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   rounds = args.rounds or (3 if args.quick else 7)
@@ -743,6 +806,9 @@ def main(argv=None):
 
   if args.light:
     run_light(args, rounds)
+    return
+  if args.optimizer:
+    run_optimizer(args, rounds)
     return
   started = time.time()
   report = {

@@ -3,7 +3,8 @@
 serving/saved_model_runner (built here with Bazel) loads an export with
 TF_LoadSessionFromSavedModel and runs tensors through the session; a second
 build links the ops and kernels statically, as a TF Serving build does. The
-exports are the guide's recipe (tf_opt_ops.export.save), for every flavor.
+exports are the guide's recipe (tf_opt_ops.export.save), for every flavor, training with
+LazyAdam and with RowwiseAdagrad.
 """
 
 import os
@@ -20,8 +21,12 @@ import serving_runner
 pytestmark = pytest.mark.slow
 
 ROOT = serving_runner.ROOT
-MISSING_OP = "Op type not registered 'TfOptOps>ResourceSparseApplyLazyAdam'"
 FLAVORS = ("keras", "legacy", "tf_keras")
+# The optimizers the guide's Ranker trains with, and the fused op each one's train step runs.
+OPTIMIZER_OPS = {
+    "LazyAdam": "ResourceSparseApplyLazyAdam",
+    "RowwiseAdagrad": "ResourceSparseApplyRowwiseAdagrad",
+}
 BATCHES = [([1, 2, 2], [1.0, 0.0, 0.0]), ([3, 1], [0.5, -1.0]), ([2, 7, 7, 7], [1.0, 1.0, 0.0,
                                                                                 2.0])]
 SERVE_IDS = [1, 2, 3, 7, 9]
@@ -51,15 +56,17 @@ def run_runner(runner, export_dir, runs, library=None):
   return serving_runner.run(runner, export_dir, typed, library)
 
 
-@pytest.fixture(scope="module", params=FLAVORS)
+@pytest.fixture(scope="module",
+                params=[(flavor, optimizer) for optimizer in OPTIMIZER_OPS for flavor in FLAVORS],
+                ids=lambda param: "-".join(param))
 def exported(request):
-  """The README's example with the optimizer of one flavor: its exports, and Python's
+  """The README's example with one optimizer of one flavor: its exports, and Python's
   numbers for two more steps of the live model and of the reloaded training export."""
+  flavor, optimizer = request.param
   code = readme_ranker_block()
   assert "tf_opt_ops.keras.LazyAdam(" in code
   namespace = {}
-  exec(code.replace("tf_opt_ops.keras.LazyAdam(", f"tf_opt_ops.{request.param}.LazyAdam("),
-       namespace)
+  exec(code.replace("tf_opt_ops.keras.LazyAdam(", f"tf_opt_ops.{flavor}.{optimizer}("), namespace)
   ranker, folder = namespace["ranker"], namespace["folder"]
   served = ranker.serve(SERVE_IDS).numpy()
   reloaded = tf.saved_model.load(os.path.join(folder, "train"))
@@ -68,7 +75,8 @@ def exported(request):
   np.testing.assert_array_equal(reloaded_losses, losses)
   np.testing.assert_array_equal(reloaded.serve(SERVE_IDS), ranker.serve(SERVE_IDS))
   return dict(train=os.path.join(folder, "train"), serve=os.path.join(folder, "serve"),
-              served=served, losses=losses, trained=ranker.serve(SERVE_IDS).numpy())
+              op=OPTIMIZER_OPS[optimizer], served=served, losses=losses,
+              trained=ranker.serve(SERVE_IDS).numpy())
 
 
 def training_runs():
@@ -84,7 +92,8 @@ def test_inference_export_serves_without_the_library(runners, exported):
 
 def test_training_export_names_the_missing_op(runners, exported):
   error = run_runner(runners["plain"], exported["train"], [("serve", dict(ids=SERVE_IDS))])
-  assert "TF_LoadSessionFromSavedModel failed" in error and MISSING_OP in error
+  assert "TF_LoadSessionFromSavedModel failed" in error
+  assert f"Op type not registered 'TfOptOps>{exported['op']}'" in error
 
 
 def test_training_export_trains_after_tf_load_library(runners, exported):

@@ -171,6 +171,39 @@ def test_the_first_step_check_rejects_a_wrong_update(monkeypatch):
                        contenders=("floor",))
 
 
+def test_the_optimizer_run_checks_and_times_rowwise_adagrad_against_lazy_adam(
+    tmp_path, monkeypatch):
+  """`--optimizer rowwise_adagrad`: each flavor's process checks RowwiseAdagrad's first step on
+  the tables (and LazyAdam's on the MLPs) against NumPy, then times it with LazyAdam's."""
+  from benchmarks import bench_e2e
+  python_dir = os.path.dirname(os.path.dirname(bench_e2e.__file__))
+  monkeypatch.setenv("PYTHONPATH", os.pathsep.join([python_dir, os.environ.get("PYTHONPATH", "")]))
+  case = bench_e2e.DlrmCase(**TINY_DLRM)
+  monkeypatch.setattr(bench_e2e, "optimizer_cases", lambda quick: [case])
+  bench_e2e.main(["--optimizer", "rowwise_adagrad", "--rounds", "1", "--out", str(tmp_path)])
+  table = (tmp_path / "e2e_rowwise_adagrad.md").read_text()
+  rows = [line for line in table.splitlines() if line.startswith(f"| {case.label} |")]
+  got = [tuple(cell.strip() for cell in row.strip("|").split("|")[1:3]) for row in rows]
+  want = [(flavor, label)
+          for flavor in bench_e2e.FLAVORS
+          for label in ("ours: LazyAdam", "ours: MultiOptimizer(RowwiseAdagrad, LazyAdam)")]
+  assert got == want
+  for row in rows:
+    assert float(row.strip("|").split("|")[3].split()[0]) > 0, row
+
+
+def test_the_first_step_check_rejects_lazy_adam_checked_as_rowwise_adagrad(monkeypatch):
+  from benchmarks import bench_e2e
+  monkeypatch.setitem(bench_e2e.OPTIMIZER_CONTENDERS, "rowwise_adagrad",
+                      ("LazyAdam checked as RowwiseAdagrad", "rowwise_adagrad", "adam"))
+  monkeypatch.setattr(
+      bench_e2e, "make_contender", lambda name, flavor, model: bench_e2e.KerasOptimizerStep(
+          bench_e2e._flavor_modules(flavor)[1].LazyAdam(**bench_e2e.ADAM)))
+  with pytest.raises(AssertionError, match="not the rowwise_adagrad reference"):
+    bench_e2e.run_case(bench_e2e.DlrmCase(**TINY_DLRM), "keras", rounds=1, batches=2,
+                       contenders=("rowwise_adagrad",))
+
+
 def test_dlrm_cases_too_big_for_one_process_split_into_groups_each_with_the_floor():
   from benchmarks import bench_e2e
   small = bench_e2e.DlrmCase(cap=200_000, dim=16, batch=4_096)
