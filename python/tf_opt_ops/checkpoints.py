@@ -39,8 +39,9 @@ _SLOT_DTYPES = ("bfloat16", "float16", "float32")
 _CONVERTIBLE = (tf.float16, tf.bfloat16, tf.float32)
 
 
-def adam_slot_pairs(checkpoint_prefix):
-  """[(m checkpoint key, v checkpoint key)] of every Adam-like optimizer in the checkpoint."""
+def _object_graph(checkpoint_prefix):
+  """The checkpoint's object graph, and the function giving a node's checkpoint key (None for a
+  node that holds no value)."""
   reader = tf.train.load_checkpoint(checkpoint_prefix)
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH))
@@ -48,6 +49,13 @@ def adam_slot_pairs(checkpoint_prefix):
   def key(node_id):
     attributes = graph.nodes[node_id].attributes
     return attributes[0].checkpoint_key if attributes else None
+
+  return graph, key
+
+
+def adam_slot_pairs(checkpoint_prefix):
+  """[(m checkpoint key, v checkpoint key)] of every Adam-like optimizer in the checkpoint."""
+  graph, key = _object_graph(checkpoint_prefix)
 
   def listed(node, name):
     lists = [c.node_id for c in node.children if c.local_name == name]
@@ -73,28 +81,20 @@ def adam_slot_pairs(checkpoint_prefix):
 
 def accumulators(checkpoint_prefix):
   """The checkpoint keys of every Clippy-like (`_accumulators` / `accumulator`) accumulator."""
-  reader = tf.train.load_checkpoint(checkpoint_prefix)
-  graph = trackable_object_graph_pb2.TrackableObjectGraph()
-  graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH))
+  graph, key = _object_graph(checkpoint_prefix)
   nodes = []
   for node in graph.nodes:
     for child in node.children:
       if child.local_name == "_accumulators":
         nodes += [c.node_id for c in graph.nodes[child.node_id].children]
     nodes += [s.slot_variable_node_id for s in node.slot_variables if s.slot_name == "accumulator"]
-  return [graph.nodes[n].attributes[0].checkpoint_key for n in nodes if graph.nodes[n].attributes]
+  return [key(n) for n in nodes if graph.nodes[n].attributes]
 
 
 def _accumulator_variables(checkpoint_prefix):
   """{accumulator checkpoint key: its variable's checkpoint key, or None where the object graph
   does not link them (tf_keras)}, and the keys of every optimizer's own variables."""
-  reader = tf.train.load_checkpoint(checkpoint_prefix)
-  graph = trackable_object_graph_pb2.TrackableObjectGraph()
-  graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH))
-
-  def key(node_id):
-    attributes = graph.nodes[node_id].attributes
-    return attributes[0].checkpoint_key if attributes else None
+  graph, key = _object_graph(checkpoint_prefix)
 
   def listed(node, name):
     return [[c.node_id
