@@ -8,12 +8,14 @@
 #define TF_OPT_OPS_KERNELS_INPUT_CHECKS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
 #include "tf_opt_ops/core/errors.h"
+#include "tf_opt_ops/core/rowwise_adagrad_interface.h"
 
 namespace tf_opt_ops {
 
@@ -131,6 +133,23 @@ absl::Status GetClippyAccumulatorUpdateAttrs(Ctx* ctx, bool* clip_accumulator_up
         "at most one of them.");
   }
   return absl::OkStatus();
+}
+
+// The attrs of ResourceSparseApplyRowwiseAdagrad, read the same way by its
+// OpKernel and its XLA kernel (`ctx`: either's OpKernelConstruction).
+template <typename Construction>
+absl::Status ReadRowwiseAdagradAttrs(Construction* ctx, RowwiseWeightDecay* mode,
+                                     bool* stochastic_rounding, int64_t* seed) {
+  std::string name;
+  absl::Status status = ctx->GetAttr("weight_decay_mode", &name);
+  if (!status.ok()) return status;
+  if (!rowwise_adagrad::WeightDecayModeFromName(name.c_str(), mode)) {
+    return InvalidArgument("weight_decay_mode must be \"none\", \"l2\" or \"decoupled\", got \"",
+                           name, "\"");
+  }
+  status = ctx->GetAttr("stochastic_rounding", stochastic_rounding);
+  if (!status.ok()) return status;
+  return ctx->GetAttr("seed", seed);
 }
 
 }  // namespace tf_opt_ops

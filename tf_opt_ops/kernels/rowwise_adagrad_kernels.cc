@@ -79,15 +79,8 @@ class SparseApplyRowwiseAdagradOp : public tensorflow::OpKernel {
 
   explicit SparseApplyRowwiseAdagradOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
-    std::string mode;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("weight_decay_mode", &mode));
-    OP_REQUIRES(
-        ctx, rowwise_adagrad::WeightDecayModeFromName(mode.c_str(), &mode_),
-        InvalidArgument("weight_decay_mode must be \"none\", \"l2\" or \"decoupled\", got \"", mode,
-                        "\""));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_rounding_));
     int64_t seed;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
+    OP_REQUIRES_OK(ctx, ReadRowwiseAdagradAttrs(ctx, &mode_, &stochastic_rounding_, &seed));
     seed_ = static_cast<uint64_t>(seed);
   }
 

@@ -378,14 +378,7 @@ class SparseApplyRowwiseAdagradXla : public FusedOpXla {
  public:
   explicit SparseApplyRowwiseAdagradXla(tensorflow::OpKernelConstruction* ctx)
       : FusedOpXla(ctx, /*light=*/false, nullptr) {
-    std::string mode;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("weight_decay_mode", &mode));
-    OP_REQUIRES(
-        ctx, rowwise_adagrad::WeightDecayModeFromName(mode.c_str(), &mode_),
-        InvalidArgument("weight_decay_mode must be \"none\", \"l2\" or \"decoupled\", got \"", mode,
-                        "\""));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
+    OP_REQUIRES_OK(ctx, ReadRowwiseAdagradAttrs(ctx, &mode_, &stochastic_, &seed_));
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
