@@ -62,9 +62,10 @@ test: wheel
 	$(PY) -m pytest tests -q -ra
 
 # The tests that take seconds (no `slow` or `cluster` marker; tests/conftest.py), on the
-# built tree: no wheel build.
+# built tree: no wheel build. TESTS= names a subset (folders or files).
+TESTS ?= tests
 test-fast: build
-	$(PY) -m pytest tests -q -ra -m "not slow and not cluster"
+	$(PY) -m pytest $(TESTS) -q -ra -m "not slow and not cluster"
 
 # ------------------------------------------------------ TensorFlow versions
 # build_deps/tf_versions.txt lists the supported TensorFlow versions. `make
