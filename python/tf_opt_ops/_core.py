@@ -517,7 +517,8 @@ LAYOUT_ADVICE = (
     "accumulator_dtype (ClippyAdagrad) (its get_config() has them; absent means the defaults), "
     "or convert the checkpoint to this optimizer's layout with "
     "tf_opt_ops.convert_checkpoint(path, new_path, slot_dtype=..., rowwise_second_moment=..., "
-    "accumulator_dtype=...).")
+    "accumulator_dtype=...); between a full Adagrad accumulator and RowwiseAdagrad's one value "
+    "per row, convert_checkpoint(path, new_path, rowwise_accumulator=True or False).")
 
 
 def check_slot_layout(var, slots, want_dtype, want_shapes=None):

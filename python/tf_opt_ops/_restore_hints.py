@@ -101,12 +101,33 @@ def _options(layouts):
   return f"slot_dtype={dtype!r}, rowwise_second_moment={_rowwise(layouts)}"
 
 
+def _accumulator_rows_differ(saved, current):
+  """Whether one of the two accumulators keeps a value per row (RowwiseAdagrad's) and the other
+  one per element (Adagrad's, ClippyAdagrad's): no constructor option bridges the two."""
+  if "accumulator" not in saved or "accumulator" not in current:
+    return False
+  saved_shape, current_shape = saved["accumulator"][1], current["accumulator"][1]
+  return (len(saved_shape) != len(current_shape) and saved_shape[:1] == current_shape[:1])
+
+
 def check_slot_layouts(optimizer, variable_name, saved, current):
   """Raises ValueError when `saved` and `current` ({slot: (dtype name, shape tuple)}, the
   slots of one variable in the checkpoint and in `optimizer`) differ in any slot both have."""
   for slot in sorted(set(saved) & set(current)):
     if saved[slot] != current[slot]:
       name = type(optimizer).__name__
+      if _accumulator_rows_differ(saved, current):
+        to_rowwise = len(current["accumulator"][1]) < len(saved["accumulator"][1])
+        written_by = ("a per-element Adagrad (Adagrad, ClippyAdagrad)" if to_rowwise else
+                      "RowwiseAdagrad")
+        raise ValueError(
+            f"The checkpoint's optimizer state does not have the slot layout of this {name} (no "
+            f"slot was restored): slot 'accumulator' of {variable_name} was saved as "
+            f"{_describe(slot, saved[slot], saved)} by {written_by}, and this {name} keeps it "
+            f"as {_describe(slot, current[slot], current)}. Convert the checkpoint first: "
+            f"tf_opt_ops.convert_checkpoint(path, new_path, rowwise_accumulator={to_rowwise}) "
+            f"({'the row means' if to_rowwise else 'each row value repeated along its row'}), "
+            f"or restore it into the optimizer that wrote it.")
       raise ValueError(
           f"The checkpoint's optimizer state does not have the slot layout of this {name} (no "
           f"slot was restored): slot {slot!r} of {variable_name} was saved as "

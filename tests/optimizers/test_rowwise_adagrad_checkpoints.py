@@ -148,6 +148,30 @@ def test_a_rowwise_accumulator_converts_to_repeated_rows_and_restores_into_adagr
   assert any((v.numpy() != w).any() for v, w in zip(adagrad_variables, before))
 
 
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+@pytest.mark.parametrize("to_rowwise", [True, False])
+def test_an_unconverted_accumulator_is_refused_with_the_conversion_to_run(
+    flavor, to_rowwise, tmp_path):
+  """A per-element accumulator restored into RowwiseAdagrad, or a row-wise one into
+  ClippyAdagrad, does not train on the wrong state: the error names the conversion."""
+  api = common.flavor_module(flavor)
+  variables = _variables(flavor)
+  opt = _stock_adagrad(flavor) if to_rowwise else api.RowwiseAdagrad(learning_rate=LR)
+  _train(opt, variables, 1, 2)
+  path = tf.train.Checkpoint(variables=variables, optimizer=opt).save(str(tmp_path / "saved"))
+  resumed_variables = _variables(flavor, seed=1)
+  resumed = (api.RowwiseAdagrad if to_rowwise else api.ClippyAdagrad)(learning_rate=LR)
+  conversion = rf"convert_checkpoint\(path, new_path, rowwise_accumulator={to_rowwise}\)"
+  with pytest.raises(ValueError, match=conversion):
+    tf.train.Checkpoint(variables=resumed_variables, optimizer=resumed).restore(path)
+    _train(resumed, resumed_variables, 2, 3)
+  # No step ran from the wrong state: the table holds the checkpoint's values or, where the
+  # error came before they were assigned (legacy), its own.
+  table = resumed_variables[0].numpy()
+  assert any(
+      np.array_equal(table, want.numpy()) for want in (variables[0], _variables(flavor, seed=1)[0]))
+
+
 def test_tf_keras_asks_for_the_shape_of_a_variable_it_cannot_tell(tmp_path):
   """tf_keras' object graph does not link an accumulator to its variable: with two variables of
   the same number of rows, the error names the argument that says which."""
