@@ -283,33 +283,46 @@ def _window_ids(row_ids, count):
 def window_gradient(accumulator, row_ids, row_count, grad, steps):
   """The window's average gradient, an `IndexedSlices` of the distinct rows it named.
 
-  `grad` is the window's last micro-step: its values are added, in order, to
-  the earlier micro-steps' sums read from the accumulator on the window's rows
-  (0 on rows the earlier micro-steps did not name: `clear_rows` left them so),
-  as `accumulate_rows` would add them, outside the accumulator. The average is
-  the sums over `steps`, as Keras 3's `(g + acc) / steps` on those rows (the
-  others are 0 there). Returns (average, the rows the accumulator holds: those
-  to clear). Each intermediate is a tensor of the window's rows: one gather,
-  one in-place scatter-add, one division.
+  `grad` is the window's last micro-step: its rows are added to the earlier
+  micro-steps' sums (as `accumulate_rows` would add them, in order) outside the
+  accumulator, which is read on the window's rows; rows the earlier micro-steps
+  did not name hold 0 there. The average is the sums over `steps`, as Keras 3's
+  `(g + acc) / steps` on those rows (the others are 0 there). Returns (average,
+  the rows the accumulator holds: those to clear).
   """
   indices = tf.cast(grad.indices, row_ids.dtype)
   count = row_count.read_value()
   # The earlier micro-steps' distinct rows first (tf.unique keeps the order of first sight).
   rows, position = tf.unique(tf.concat([_window_ids(row_ids, count), indices], 0))
+  size = tf.size(rows)
   held = tf.reduce_max(tf.concat([position[:count] + 1, [0]], 0))
   values = tf.cast(grad.values, accumulator.dtype)
-  sums = tf.tensor_scatter_nd_add(tf.gather(accumulator, rows), position[count:, tf.newaxis],
-                                  values)
+  # As `_add_rows` adds them: each row's first value of this micro-step by a gather (a zero
+  # row for rows it does not name), its later ones by a scatter-add.
+  last = position[count:]
+  first, later = _first_and_later(last, size)
+  row_shape = tf.shape(values)[1:]
+  zero_row = tf.zeros(tf.concat([[1], row_shape], 0), values.dtype)
+  firsts = tf.gather(tf.concat([values, zero_row], 0), tf.minimum(first, tf.size(last)))
+  # Rows the earlier micro-steps did not name hold 0 in the accumulator: not read.
+  sums = tf.concat([tf.gather(accumulator, rows[:held]) + firsts[:held], firsts[held:]], 0)
+  # A tensor scatter-add copies `sums` whole even with nothing to add: skipped then (the
+  # micro-step named each row once).
+  sums = tf.cond(
+      tf.size(later) > 0, lambda: tf.tensor_scatter_nd_add(sums,
+                                                           tf.gather(last, later)[:, tf.newaxis],
+                                                           tf.gather(values, later)), lambda: sums)
   average = sums / tf.cast(steps, accumulator.dtype)
   return tf.IndexedSlices(average, tf.cast(rows, tf.int64), grad.dense_shape), rows[:held]
 
 
 def clear_rows(accumulator, row_count, rows):
   """Zeroes `rows` of `accumulator` and empties the window's row ids: the window is applied."""
-  # A scalar update: a scatter writes it into every named row (no tensor of zero rows).
-  zero = tf.zeros([], accumulator.dtype)
+  # The static row shape: tf.shape of a variable reads all of it.
+  row_shape = tf.constant(accumulator.shape[1:].as_list(), tf.int64)
+  zeros = tf.zeros(tf.concat([tf.shape(rows, out_type=tf.int64), row_shape], 0), accumulator.dtype)
   return tf.group(
-      _scatter(tf.raw_ops.ResourceScatterUpdate, accumulator, rows, zero),
+      _scatter(tf.raw_ops.ResourceScatterUpdate, accumulator, rows, zeros),
       tf.raw_ops.AssignVariableOp(resource=handle(row_count), value=tf.zeros([], row_count.dtype)))
 
 
