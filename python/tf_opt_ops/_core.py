@@ -161,14 +161,25 @@ def clip_by_global_norm(grads, clip_norm):
   densifies the slices, a pass over every row of every table.
   """
   present = [g for g in grads if g is not None]
-  squared = [
-      tf.reduce_sum(tf.square(g.values if isinstance(g, tf.IndexedSlices) else g)) for g in present
-  ]
+  squared = [_sum_of_squares(g.values if isinstance(g, tf.IndexedSlices) else g) for g in present]
   dtype = _common_dtype(squared)
   norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.cast(s, dtype) for s in squared])))
   scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
   scale = scale + (norm - norm)  # NaN where the norm is inf or NaN
   return [None if g is None else scaled(g, scale) for g in grads]
+
+
+def _sum_of_squares(values):
+  """`sum(square(values))`, the bits Keras 3's `ops.sum(ops.square(values))` gives.
+
+  For float32 and float64, `2 * l2_loss` sums the squares without a tensor of
+  them (a copy of the gradient's rows); on CPU its bits are the square and
+  sum's (one Eigen full reduction either way). Half types keep the square and
+  sum: TensorFlow sums them in float32 there, `l2_loss` in their dtype.
+  """
+  if tf.as_dtype(values.dtype) in (tf.float32, tf.float64):
+    return 2 * tf.nn.l2_loss(values)
+  return tf.reduce_sum(tf.square(values))
 
 
 def scaled(grad, scale):
