@@ -169,6 +169,21 @@ def clip_by_global_norm(grads, clip_norm):
   return [None if g is None else scaled(g, scale) for g in grads]
 
 
+def clip_by_norm(grad, clip_norm):
+  """Keras 3's `_clip_by_norm` of `grad` on all its axes, an `IndexedSlices` kept one: its
+  values times `clip_norm` over max(their norm, clip_norm), the norm 0 where it is 0 (no
+  NaN gradient)."""
+  values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+  squares = _sum_of_squares(values)
+  positive = squares > 0
+  norm = tf.where(positive, tf.sqrt(tf.where(positive, squares, tf.ones_like(squares))), squares)
+  clip_norm = tf.cast(clip_norm, values.dtype)
+  clipped = values * clip_norm / tf.maximum(norm, clip_norm)
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(clipped, grad.indices, grad.dense_shape)
+  return clipped
+
+
 def _sum_of_squares(values):
   """`sum(square(values))`, the bits Keras 3's `ops.sum(ops.square(values))` gives.
 
