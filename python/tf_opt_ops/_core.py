@@ -170,7 +170,8 @@ def clip_by_global_norm(grads, clip_norm):
 
 
 def clip_by_norm(grad, clip_norm):
-  """Keras 3's `_clip_by_norm` of `grad` on all its axes, an `IndexedSlices` kept one: its
+  """Keras 3's `_clip_by_norm` and `tf.clip_by_norm` (the same formula) of `grad` on all its
+  axes, an `IndexedSlices` kept one: its
   values times `clip_norm` over max(their norm, clip_norm), the norm 0 where it is 0 (no
   NaN gradient)."""
   values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
