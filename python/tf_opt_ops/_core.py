@@ -171,9 +171,8 @@ def clip_by_global_norm(grads, clip_norm):
 
 def clip_by_norm(grad, clip_norm):
   """Keras 3's `_clip_by_norm` and `tf.clip_by_norm` (the same formula) of `grad` on all its
-  axes, an `IndexedSlices` kept one: its
-  values times `clip_norm` over max(their norm, clip_norm), the norm 0 where it is 0 (no
-  NaN gradient)."""
+  axes, an `IndexedSlices` kept one: its values times `clip_norm` over the larger of their
+  norm and `clip_norm` (the norm's square root is not taken of 0: no NaN in its gradient)."""
   values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
   squares = _sum_of_squares(values)
   positive = squares > 0
