@@ -161,14 +161,40 @@ def clip_by_global_norm(grads, clip_norm):
   densifies the slices, a pass over every row of every table.
   """
   present = [g for g in grads if g is not None]
-  squared = [
-      tf.reduce_sum(tf.square(g.values if isinstance(g, tf.IndexedSlices) else g)) for g in present
-  ]
+  squared = [_sum_of_squares(g.values if isinstance(g, tf.IndexedSlices) else g) for g in present]
   dtype = _common_dtype(squared)
   norm = tf.sqrt(tf.reduce_sum(tf.stack([tf.cast(s, dtype) for s in squared])))
   scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
   scale = scale + (norm - norm)  # NaN where the norm is inf or NaN
   return [None if g is None else scaled(g, scale) for g in grads]
+
+
+def clip_by_norm(grad, clip_norm):
+  """Keras 3's `_clip_by_norm` and `tf.clip_by_norm` (the same formula) of `grad` on all its
+  axes, an `IndexedSlices` kept one: its values times `clip_norm` over the larger of their
+  norm and `clip_norm` (the norm's square root is not taken of 0: no NaN in its gradient)."""
+  values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+  squares = _sum_of_squares(values)
+  positive = squares > 0
+  norm = tf.where(positive, tf.sqrt(tf.where(positive, squares, tf.ones_like(squares))), squares)
+  clip_norm = tf.cast(clip_norm, values.dtype)
+  clipped = values * clip_norm / tf.maximum(norm, clip_norm)
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(clipped, grad.indices, grad.dense_shape)
+  return clipped
+
+
+def _sum_of_squares(values):
+  """`sum(square(values))`, the bits Keras 3's `ops.sum(ops.square(values))` gives.
+
+  For float32 and float64, `2 * l2_loss` sums the squares without a tensor of
+  them (a copy of the gradient's rows); on CPU its bits are the square and
+  sum's (one Eigen full reduction either way). Half types keep the square and
+  sum: TensorFlow sums them in float32 there, `l2_loss` in their dtype.
+  """
+  if tf.as_dtype(values.dtype) in (tf.float32, tf.float64):
+    return 2 * tf.nn.l2_loss(values)
+  return tf.reduce_sum(tf.square(values))
 
 
 def scaled(grad, scale):
@@ -306,8 +332,12 @@ def window_gradient(accumulator, row_ids, row_count, grad, steps):
   firsts = tf.gather(tf.concat([values, zero_row], 0), tf.minimum(first, tf.size(last)))
   # Rows the earlier micro-steps did not name hold 0 in the accumulator: not read.
   sums = tf.concat([tf.gather(accumulator, rows[:held]) + firsts[:held], firsts[held:]], 0)
-  sums = tf.tensor_scatter_nd_add(sums,
-                                  tf.gather(last, later)[:, tf.newaxis], tf.gather(values, later))
+  # A tensor scatter-add copies `sums` whole even with nothing to add: skipped then (the
+  # micro-step named each row once).
+  sums = tf.cond(
+      tf.size(later) > 0, lambda: tf.tensor_scatter_nd_add(sums,
+                                                           tf.gather(last, later)[:, tf.newaxis],
+                                                           tf.gather(values, later)), lambda: sums)
   average = sums / tf.cast(steps, accumulator.dtype)
   return tf.IndexedSlices(average, tf.cast(rows, tf.int64), grad.dense_shape), rows[:held]
 

@@ -101,6 +101,12 @@ class _Keras3Mixin:
       return _core.clip_by_global_norm(grads, self.global_clipnorm)
     return super()._clip_gradients(grads)
 
+  def _clip_by_norm(self, values, axes=None):
+    # The base class's numbers, without a tensor of the squared values.
+    if axes is not None:
+      return super()._clip_by_norm(values, axes)
+    return _core.clip_by_norm(values, self.clipnorm)
+
   def _build_row_state(self, var_list):
     """The per-row state of the base class's features kept at sparse cost, after the base
     class's state: with gradient accumulation, the marks of the rows the window's sparse

@@ -52,6 +52,12 @@ class _TfKerasMixin:
     # The kernels (and the XLA fallback) sum duplicate indices themselves.
     return list(grads)
 
+  def _clip_gradients(self, grads):
+    # tf.clip_by_norm's numbers, without a tensor of the squared values.
+    if self.clipnorm and self.clipnorm > 0:
+      return [None if g is None else _core.clip_by_norm(g, self.clipnorm) for g in grads]
+    return super()._clip_gradients(grads)
+
   def _apply_weight_decay(self, variables):
     # tf_keras' default weight_decay is 0, which would rewrite every row of
     # every table each step without changing a value.
