@@ -127,6 +127,30 @@ def test_lazy_adam_many_rows_across_threads():
     np.testing.assert_allclose(numpy_of(actual), want, rtol=1e-5, atol=1e-6)
 
 
+def test_distinct_indices_beyond_one_grouping_chunk():
+  # More distinct rows than one grouping chunk (16,384 indices), so they are
+  # grouped by partitions: with no duplicates, each row must still meet its
+  # own gradient row.
+  rows, dim, n = 100_000, 4, 40_000
+  rng = np.random.default_rng(5)
+  indices = rng.choice(rows, n, replace=False)
+  grad = rng.standard_normal((n, dim)).astype(np.float32)
+  var, m, v = (tf.Variable(rng.standard_normal((rows, dim)).astype(np.float32)) for _ in range(3))
+  expected = reference_lazy_adam(numpy_of(var), numpy_of(m), numpy_of(v), grad, indices, tf.float32,
+                                 1, lr=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+  ops.sparse_lazy_adam(var, m, v, grad, indices, beta_1_power=0.9, beta_2_power=0.999)
+  for actual, want in zip((var, m, v), expected):
+    np.testing.assert_allclose(numpy_of(actual), want, rtol=1e-5, atol=1e-6)
+
+  table = tf.Variable(rng.standard_normal((rows, dim)).astype(np.float32))
+  accum = tf.Variable(rng.uniform(0.1, 1.0, rows).astype(np.float32))
+  expected = reference.sparse_rowwise_adagrad(numpy_of(table), numpy_of(accum), grad, indices,
+                                              "float32", lr=0.01)
+  ops.sparse_rowwise_adagrad(table, accum, grad, indices, lr=0.01, epsilon=1e-8)
+  for actual, want in zip((table, accum), expected):
+    np.testing.assert_allclose(numpy_of(actual), want, rtol=1e-5, atol=1e-6)
+
+
 CLIPPY_OPTIONS = [
     dict(),  # the defaults: some elements clip at variable_relative_threshold 0.1
     dict(lr=0.5, variable_relative_threshold=0.4, accumulator_relative_threshold=0.01,

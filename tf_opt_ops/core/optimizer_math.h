@@ -384,14 +384,20 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OP
 // 2, 1 (a warp's butterfly of __shfl_xor_sync). The result is lane 0's.
 constexpr int kMeanLanes = 32;
 
+//
+// Only lanes below `offset` feed lane 0's later rounds, and for those
+// lanes[l ^ offset] is lanes[l + offset]: halving in place adds the same
+// operands in the same order as the full butterfly, in straight-line code the
+// compiler vectorizes (a loop over offsets compiled to scalar gathers and
+// cost as much as the whole row update).
 template <typename C>
 TF_OPT_OPS_HOST_DEVICE C ButterflyLaneSum(C* lanes) {
-  for (int offset = kMeanLanes / 2; offset > 0; offset /= 2) {
-    C next[kMeanLanes];
-    for (int l = 0; l < kMeanLanes; ++l) next[l] = lanes[l] + lanes[l ^ offset];
-    for (int l = 0; l < kMeanLanes; ++l) lanes[l] = next[l];
-  }
-  return lanes[0];
+  static_assert(kMeanLanes == 32, "the halving below is written out for 32 lanes");
+  for (int l = 0; l < 16; ++l) lanes[l] = lanes[l] + lanes[l + 16];
+  for (int l = 0; l < 8; ++l) lanes[l] = lanes[l] + lanes[l + 8];
+  for (int l = 0; l < 4; ++l) lanes[l] = lanes[l] + lanes[l + 4];
+  for (int l = 0; l < 2; ++l) lanes[l] = lanes[l] + lanes[l + 2];
+  return lanes[0] + lanes[1];
 }
 
 template <typename G, typename C>

@@ -30,7 +30,9 @@ class RowGroups {
 
   int64_t num_unique() const { return static_cast<int64_t>(rows_.size()); }
   bool has_duplicates() const { return num_unique() != n_; }
-  // Variable row of unique group u (groups in no particular order).
+  // Variable row of unique group u (groups in no particular order, except
+  // that without duplicates group u is position u: the kernels then read
+  // gradient row u of the input itself).
   const int64_t* rows() const { return rows_.data(); }
   // Positions of group u: first(u), then next(p) until -1, in input order.
   int64_t first(int64_t u) const { return first_[u]; }
@@ -179,6 +181,17 @@ int64_t RowGroups::Build(const Tindex* indices, int64_t n, int64_t num_rows,
   for (int64_t q = 0; q < num_partitions; ++q) group_begin[q + 1] = group_begin[q] + part_groups[q];
   rows_.resize(group_begin[num_partitions]);
   first_.resize(group_begin[num_partitions]);
+  if (group_begin[num_partitions] == n) {  // no duplicates: group u is position u
+    parallel_for(num_chunks, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        for (int64_t i = chunk_begin(c); i < chunk_begin(c + 1); ++i) {
+          rows_[i] = static_cast<int64_t>(indices[i]);
+          first_[i] = i;
+        }
+      }
+    });
+    return -1;
+  }
   parallel_for(num_partitions, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q) {
       std::copy_n(part_rows.begin() + part_begin[q], part_groups[q],
