@@ -116,27 +116,24 @@ def check_slot_layouts(optimizer, variable_name, saved, current):
   for slot in sorted(set(saved) & set(current)):
     if saved[slot] != current[slot]:
       name = type(optimizer).__name__
+      saved_as = _describe(slot, saved[slot], saved)
       if _accumulator_rows_differ(saved, current):
         to_rowwise = len(current["accumulator"][1]) < len(saved["accumulator"][1])
-        written_by = ("a per-element Adagrad (Adagrad, ClippyAdagrad)" if to_rowwise else
-                      "RowwiseAdagrad")
-        raise ValueError(
-            f"The checkpoint's optimizer state does not have the slot layout of this {name} (no "
-            f"slot was restored): slot 'accumulator' of {variable_name} was saved as "
-            f"{_describe(slot, saved[slot], saved)} by {written_by}, and this {name} keeps it "
-            f"as {_describe(slot, current[slot], current)}. Convert the checkpoint first: "
-            f"tf_opt_ops.convert_checkpoint(path, new_path, rowwise_accumulator={to_rowwise}) "
-            f"({'the row means' if to_rowwise else 'each row value repeated along its row'}), "
-            f"or restore it into the optimizer that wrote it.")
+        saved_as += (" by a per-element Adagrad (Adagrad, ClippyAdagrad)" if to_rowwise else
+                     " by RowwiseAdagrad")
+        conversion = "the row means" if to_rowwise else "each row value repeated along its row"
+        advice = (f"Convert the checkpoint first: tf_opt_ops.convert_checkpoint(path, new_path, "
+                  f"rowwise_accumulator={to_rowwise}) ({conversion}), or restore it into the "
+                  f"optimizer that wrote it.")
+      else:
+        advice = (f"To restore the checkpoint as it is, construct the optimizer with the options "
+                  f"it was written with: {name}({_options(saved)}). To go on in this optimizer's "
+                  f"layout, convert the checkpoint first: tf_opt_ops.convert_checkpoint(path, "
+                  f"new_path, {_options(current)}).")
       raise ValueError(
           f"The checkpoint's optimizer state does not have the slot layout of this {name} (no "
-          f"slot was restored): slot {slot!r} of {variable_name} was saved as "
-          f"{_describe(slot, saved[slot], saved)}, and this {name} keeps it as "
-          f"{_describe(slot, current[slot], current)}. To restore the checkpoint as it is, "
-          f"construct the optimizer with the options it was written with: "
-          f"{name}({_options(saved)}). To go on in this optimizer's layout, "
-          f"convert the checkpoint first: tf_opt_ops.convert_checkpoint(path, new_path, "
-          f"{_options(current)}).")
+          f"slot was restored): slot {slot!r} of {variable_name} was saved as {saved_as}, and "
+          f"this {name} keeps it as {_describe(slot, current[slot], current)}. {advice}")
 
 
 def saved_layout(position):
