@@ -38,7 +38,7 @@ _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
                      beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
                      rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
-                     name=None):
+                     weight_decay=None, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
@@ -51,12 +51,17 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   `v` of shape `[var.shape[0]]` with `rowwise_second_moment`, 16-bit slots
   rounded stochastically with `stochastic_rounding`, the noise keyed by
   `seed` and the 1-based `step` (an int64 scalar).
+
+  `weight_decay` (None: no decay): Keras' decoupled weight decay, `var -= var *
+  weight_decay * lr` in `var`'s dtype, on each row `indices` names, once, before
+  its update (the op's optional input).
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
   inputs = dict(var=_handle(var), m=_handle(m), v=_handle(v), beta1_power=_scalar(beta_1_power, s),
                 beta2_power=_scalar(beta_2_power, s), lr=_scalar(lr, s), beta1=_scalar(beta_1, s),
                 beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
+                weight_decay=[] if weight_decay is None else [_scalar(weight_decay, s)],
                 use_locking=use_locking, name=name)
   slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
   light_types = (tf.float16, tf.bfloat16, tf.float32)

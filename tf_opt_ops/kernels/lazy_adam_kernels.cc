@@ -72,6 +72,10 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
       layout_.seed = static_cast<uint64_t>(seed);
     }
+    int weight_decay_count = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(lazy_adam::kWeightDecayCountAttr, &weight_decay_count));
+    OP_REQUIRES_OK(ctx, lazy_adam::CheckWeightDecayCount(weight_decay_count));
+    decays_ = weight_decay_count > 0;
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -87,6 +91,12 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
                                      &hyper.values[k]));
     }
+    if (decays_) {
+      C weight_decay;
+      OP_REQUIRES_OK(ctx,
+                     ReadScalar(ctx, WeightDecayInput(kLight), kWeightDecayName, &weight_decay));
+      hyper.SetWeightDecay(weight_decay);
+    }
     AdamStateLayout layout = layout_;
     if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
     const Tensor& grad = ctx->input(kGrad);
@@ -101,6 +111,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
 
  private:
   bool use_locking_;
+  bool decays_;  // the op has its weight_decay input
   AdamStateLayout layout_;
 };
 
@@ -112,6 +123,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
       KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"), !std::is_same_v<Device, CPUDevice>, \
                lazy_adam::kHyperparameterNames, /*step=*/false)                                  \
+          .HostMemory(lazy_adam::kWeightDecayName)                                               \
           .TypeConstraint<T>("T")                                                                \
           .TypeConstraint<Tindex>("Tindices"),                                                   \
       SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
@@ -119,6 +131,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   TF_OPT_OPS_REGISTER_KERNEL(                                                                      \
       KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"), !std::is_same_v<Device, CPUDevice>, \
                lazy_adam::kHyperparameterNames, /*step=*/true)                                     \
+          .HostMemory(lazy_adam::kWeightDecayName)                                                 \
           .TypeConstraint<T>("T")                                                                  \
           .TypeConstraint<S>("Tslot")                                                              \
           .TypeConstraint<Tindex>("Tindices"),                                                     \

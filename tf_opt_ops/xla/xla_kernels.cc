@@ -265,6 +265,10 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
   explicit SparseApplyLazyAdamXla(tensorflow::OpKernelConstruction* ctx)
       : FusedOpXla(ctx, kLight, "Tslot") {
     if (kLight) OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &rowwise_));
+    int weight_decay_count = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(lazy_adam::kWeightDecayCountAttr, &weight_decay_count));
+    OP_REQUIRES_OK(ctx, lazy_adam::CheckWeightDecayCount(weight_decay_count));
+    decays_ = weight_decay_count > 0;
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -278,6 +282,12 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
     xla::XlaOp hyper;
     OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_, kFirstHyperparameter, kNumHyperparameters,
                                         kHyperparameterNames, {}, &hyper));
+    // Then the weight decay and whether it applies (lazy_adam::Hyperparameters' values).
+    xla::XlaOp decay;
+    OP_REQUIRES_OK(ctx, decays_ ? Hyperparameters(ctx, dtype_, WeightDecayInput(kLight), 1,
+                                                  &kWeightDecayName, {1.0}, &decay)
+                                : Hyperparameters(ctx, dtype_, 0, 0, nullptr, {0.0, 0.0}, &decay));
+    hyper = xla::ConcatInDim(ctx->builder(), {hyper, decay}, 0);
     OP_REQUIRES_OK(ctx, StaticShape(ctx, kGrad, "grad", &grad_shape));
     OP_REQUIRES_OK(ctx, StaticShape(ctx, kIndices, "indices", &indices_shape));
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[kVar], grad_shape, indices_shape));
@@ -303,6 +313,7 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
 
  private:
   bool rowwise_ = false;
+  bool decays_ = false;  // the op has its weight_decay input
 };
 
 // Both Clippy ops and their V2 (kLight: the accumulator of dtype Taccum, and
