@@ -8,6 +8,7 @@
 #include "tf_opt_ops/kernels/lazy_adam_kernels.h"
 
 #include <type_traits>
+#include <utility>
 
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
@@ -115,27 +116,31 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   AdamStateLayout layout_;
 };
 
+// KernelOn for both ops: on a GPU the weight decay is read on the host too.
+static ::tensorflow::KernelDefBuilder& LazyAdamKernelOn(::tensorflow::KernelDefBuilder&& name,
+                                                        bool gpu, bool step) {
+  ::tensorflow::KernelDefBuilder& builder =
+      KernelOn(std::move(name), gpu, lazy_adam::kHyperparameterNames, step);
+  return gpu ? builder.HostMemory(lazy_adam::kWeightDecayName) : builder;
+}
+
 // The kernels of both ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam for tables of half, bfloat16, float and double
 // (TF_OPT_OPS_REGISTER_T), the V2 op for tables and slots of half, bfloat16
 // and float (TF_OPT_OPS_REGISTER_LIGHT_T).
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
-      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"), !std::is_same_v<Device, CPUDevice>, \
-               lazy_adam::kHyperparameterNames, /*step=*/false)                                  \
-          .HostMemory(lazy_adam::kWeightDecayName)                                               \
-          .TypeConstraint<T>("T")                                                                \
-          .TypeConstraint<Tindex>("Tindices"),                                                   \
-      SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
-#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                            \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                      \
-      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"), !std::is_same_v<Device, CPUDevice>, \
-               lazy_adam::kHyperparameterNames, /*step=*/true)                                     \
-          .HostMemory(lazy_adam::kWeightDecayName)                                                 \
-          .TypeConstraint<T>("T")                                                                  \
-          .TypeConstraint<S>("Tslot")                                                              \
-          .TypeConstraint<Tindex>("Tindices"),                                                     \
-      SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                    \
+  TF_OPT_OPS_REGISTER_KERNEL(LazyAdamKernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"),       \
+                                              !std::is_same_v<Device, CPUDevice>, /*step=*/false) \
+                                 .TypeConstraint<T>("T")                                          \
+                                 .TypeConstraint<Tindex>("Tindices"),                             \
+                             SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                          \
+  TF_OPT_OPS_REGISTER_KERNEL(LazyAdamKernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"),    \
+                                              !std::is_same_v<Device, CPUDevice>, /*step=*/true) \
+                                 .TypeConstraint<T>("T")                                         \
+                                 .TypeConstraint<S>("Tslot")                                     \
+                                 .TypeConstraint<Tindex>("Tindices"),                            \
+                             SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
 #define TF_OPT_OPS_REGISTER_T(Device, T) \
   TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
 #define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S) \
