@@ -234,8 +234,8 @@ class _Keras3Mixin:
           lambda: None)
 
   def _apply_weight_decay(self, variables):
-    # Each variable is decayed in its update step, where its gradient says which rows
-    # (`_decay`).
+    # Each variable is decayed in its update step, where its gradient says which rows (the
+    # lazy Adam op's weight decay, `_decay` before Clippy's op).
     return
 
   def _weight_decay_of(self, variable):

@@ -63,9 +63,10 @@ class _TfKerasMixin:
     # every table each step without changing a value.
     if _core.is_zero(self.weight_decay):
       return
-    # Each variable is decayed in its update step, where its gradient says which rows
-    # (`_decay`), but under DTensor and for shards of a sharded variable (whose Clippy scale
-    # is computed before the update steps, from the decayed values).
+    # Each variable is decayed in its update step, where its gradient says which rows (the
+    # lazy Adam op's weight decay, `_decay` before Clippy's op), but under DTensor and for
+    # shards of a sharded variable (whose Clippy scale is computed before the update steps,
+    # from the decayed values).
     super()._apply_weight_decay([v for v in variables if self._decays_whole(v)])
 
   def _decays_whole(self, variable):
