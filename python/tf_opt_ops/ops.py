@@ -25,6 +25,8 @@ from tf_opt_ops._op_inputs import value_dtype as _value_dtype
 OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdam",
     "TfOptOps>ResourceSparseApplyLazyAdamV2",
+    "TfOptOps>ResourceSparseApplyLazyAdamW",
+    "TfOptOps>ResourceSparseApplyLazyAdamWV2",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
@@ -54,26 +56,32 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
 
   `weight_decay` (None: no decay): Keras' decoupled weight decay, `var -= var *
   weight_decay * lr` in `var`'s dtype, on each row `indices` names, once, before
-  its update (the op's optional input).
+  its update (op `TfOptOps>ResourceSparseApplyLazyAdamW`, or `...WV2` for light
+  slots).
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
   inputs = dict(var=_handle(var), m=_handle(m), v=_handle(v), beta1_power=_scalar(beta_1_power, s),
                 beta2_power=_scalar(beta_2_power, s), lr=_scalar(lr, s), beta1=_scalar(beta_1, s),
                 beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
-                weight_decay=[] if weight_decay is None else [_scalar(weight_decay, s)],
                 use_locking=use_locking, name=name)
+  if weight_decay is not None:
+    inputs["weight_decay"] = _scalar(weight_decay, s)
+  lib = load_library()
   slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
   light_types = (tf.float16, tf.bfloat16, tf.float32)
   # V1 for slots of the table's dtype, and for dtypes V2 does not take (V1 names the mismatch).
   if not rowwise_second_moment and not stochastic_rounding and (slot_dtype == grad.dtype or
                                                                 slot_dtype not in light_types or
                                                                 grad.dtype not in light_types):
-    return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(**inputs)
-  return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_v2(
-      **inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
-      rowwise_second_moment=rowwise_second_moment, stochastic_rounding=stochastic_rounding,
-      seed=seed)
+    op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam if weight_decay is None else
+          lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w)
+    return op(**inputs)
+  op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2 if weight_decay is None else
+        lib.tf_opt_ops_resource_sparse_apply_lazy_adam_wv2)
+  return op(**inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
+            rowwise_second_moment=rowwise_second_moment, stochastic_rounding=stochastic_rounding,
+            seed=seed)
 
 
 def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,

@@ -1,13 +1,14 @@
-"""The lazy Adam ops' optional weight decay input, fused into the update's pass.
+"""The lazy Adam W ops (`ResourceSparseApplyLazyAdamW`, `...WV2`): weight decay fused into the
+update's pass.
 
 The decay is stock Keras' decoupled decay of the touched rows, computed in the
 table's dtype, before the Adam update: bit for bit what `_core.decay_weights`
 (a gather and a scatter before the op) gives, and the NumPy reference's
-`weight_decay`, with and without XLA. Graphs written before the input existed
+`weight_decay`, with and without XLA. Graphs written before the W ops existed
 load and run unchanged. Why: see docs/optimizers.md, "Keras features at sparse
 cost".
 
-Run as a script with a library from before the input (`python
+Run as a script with a library from before the W ops (`python
 tests/ops/test_lazy_adam_weight_decay.py DIR`) to rewrite the SavedModel that
 test_a_saved_model_without_the_input_loads_and_runs loads.
 """
@@ -163,24 +164,28 @@ def test_no_decay_input_is_the_undecayed_update():
 
 @pytest.mark.parametrize("v2", [False, True])
 @pytest.mark.parametrize("mode", ["eager", "tf.function"])
-def test_more_than_one_weight_decay_is_refused(v2, mode):
-  var, m, v = (tf.Variable(tf.zeros((3, 2))) for _ in range(3))
-  inputs = dict(var=var.handle, m=m.handle, v=v.handle, beta1_power=0.9, beta2_power=0.999, lr=0.01,
-                beta1=0.9, beta2=0.999, epsilon=1e-7, grad=tf.ones((1, 2)), indices=[0],
-                weight_decay=[0.1, 0.2])
+def test_the_w_ops_raw_wrappers_decay(v2, mode):
+  # What a user of tf.load_op_library calls: the W op's wrapper takes the decay last.
+  var, m, v = (tf.Variable(tf.fill((3, 2), 2.0)) for _ in range(3))
+  inputs = dict(var=var.handle, m=m.handle, v=v.handle, beta1_power=0.9, beta2_power=0.999, lr=0.5,
+                beta1=0.9, beta2=0.999, epsilon=1e-7, grad=tf.zeros((1, 2)), indices=[1],
+                weight_decay=0.25)
   if v2:
-    op = load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_v2
-    inputs.update(step=tf.constant(1, tf.int64), Tslot=tf.bfloat16)
+    op = load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_wv2
+    inputs.update(step=tf.constant(1, tf.int64), Tslot=tf.float32)
   else:
-    op = load_library().tf_opt_ops_resource_sparse_apply_lazy_adam
-  before = var.numpy().copy()
-  with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
-                     match="Nweight_decay = 2: weight_decay takes at most 1 value"):
-    if mode == "eager":
-      op(**inputs)
-    else:
-      tf.function(lambda: op(**inputs))()
-  np.testing.assert_array_equal(var.numpy(), before)
+    op = load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_w
+  if mode == "eager":
+    op(**inputs)
+  else:
+    tf.function(lambda: op(**inputs) and None)()
+  # Row 1: decayed to 2 - 2 * 0.25 * 0.5 = 1.75; a zero gradient on m = v = 2 then moves it by
+  # lr_t * m' / (sqrt(v') + eps) with m' = 1.8, v' = 1.998.
+  lr_t = 0.5 * np.sqrt(1 - 0.999) / (1 - 0.9)
+  want = np.float32(1.75) - np.float32(lr_t) * np.float32(1.8) / (np.sqrt(np.float32(1.998)) +
+                                                                  np.float32(1e-7))
+  np.testing.assert_allclose(var.numpy()[1], [want, want], rtol=1e-6)
+  np.testing.assert_array_equal(var.numpy()[[0, 2]], np.full((2, 2), 2.0, np.float32))
 
 
 def test_a_non_scalar_weight_decay_is_refused():
@@ -190,22 +195,21 @@ def test_a_non_scalar_weight_decay_is_refused():
                          weight_decay=tf.constant([0.1, 0.2]))
 
 
-def test_the_op_defs_default_to_no_weight_decay():
-  # What keeps old graphs loading: the list's length attr has the default 0.
+def test_only_the_w_ops_take_a_weight_decay():
+  # What keeps old graphs and the generated wrappers of the ops without decay as they are.
   from tensorflow.python.framework import op_def_registry
 
   load_library()
   for name in ("TfOptOps>ResourceSparseApplyLazyAdam", "TfOptOps>ResourceSparseApplyLazyAdamV2"):
-    op_def = op_def_registry.get(name)
-    assert op_def.input_arg[-1].name == "weight_decay"
-    assert op_def.input_arg[-1].number_attr == "Nweight_decay"
-    attr = next(a for a in op_def.attr if a.name == "Nweight_decay")
-    assert attr.default_value.i == 0
+    inputs = [arg.name for arg in op_def_registry.get(name).input_arg]
+    assert "weight_decay" not in inputs, inputs
+    w_inputs = [arg.name for arg in op_def_registry.get(name.replace("Adam", "AdamW")).input_arg]
+    assert w_inputs == inputs + ["weight_decay"]
 
 
 def test_a_saved_model_without_the_input_loads_and_runs():
-  # Written by a library from before the weight_decay input (see the module doc): its nodes
-  # have neither the input nor the Nweight_decay attr.
+  # Written by a library from before the W ops (see the module doc): the ops without decay
+  # must still run it.
   load_library()
   loaded = tf.saved_model.load(OLD_SAVED_MODEL)
   for case, variables in zip(_SAVED_CASES, loaded.cases):

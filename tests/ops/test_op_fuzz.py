@@ -106,9 +106,7 @@ def _worker_call(tf, lib, case):
     kwargs["indices"] = tf.constant(case["indices"], tf.as_dtype(case["index_dtype"]))
   if case["op"] == "rowwise_adagrad":
     kwargs.update(weight_decay_mode=case["weight_decay_mode"])
-  elif case["op"].startswith("lazy_adam"):
-    kwargs.update(weight_decay=[])  # the optional weight decay: none
-  else:
+  elif not case["op"].startswith("lazy_adam"):
     kwargs.update(clip_accumulator_update=case["flags"][0],
                   use_standard_accumulator_update=case["flags"][1])
   if case["op"].endswith("_v2"):

@@ -182,7 +182,7 @@ def test_a_copy_anywhere_loads_after_tensorflow(tmp_path):
       var, m, v = (tf.Variable(tf.zeros((3, 2))) for _ in range(3))
       lib.tf_opt_ops_resource_sparse_apply_lazy_adam(
           var=var.handle, m=m.handle, v=v.handle, beta1_power=0.9, beta2_power=0.999, lr=0.1,
-          beta1=0.9, beta2=0.999, epsilon=1e-7, grad=[[1.0, -2.0]], indices=[1], weight_decay=[])
+          beta1=0.9, beta2=0.999, epsilon=1e-7, grad=[[1.0, -2.0]], indices=[1])
       # First step: lr_t * m / sqrt(v) = lr * sign(g), on row 1 only.
       np.testing.assert_allclose(var.numpy(), [[0, 0], [-0.1, 0.1], [0, 0]], rtol=1e-5)
       print("loaded")

@@ -1,6 +1,7 @@
 // The interface of ops ResourceSparseApplyLazyAdam and
-// ResourceSparseApplyLazyAdamV2, stated once: their input positions, their
-// scalar hyperparameters and their optional weight decay, in the order the
+// ResourceSparseApplyLazyAdamV2, and of their W ops (with weight decay),
+// stated once: their input positions, their scalar hyperparameters and the
+// weight decay, in the order the
 // shape function checks them, the OpKernel reads them, and the XLA kernel
 // passes them to its custom call (the `hyper` operand, xla_targets.h), which
 // unpacks them with FromValues. TensorFlow-free, so the XLA targets read it
@@ -8,14 +9,13 @@
 #ifndef TF_OPT_OPS_CORE_LAZY_ADAM_INTERFACE_H_
 #define TF_OPT_OPS_CORE_LAZY_ADAM_INTERFACE_H_
 
-#include "tf_opt_ops/core/errors.h"
 #include "tf_opt_ops/core/optimizer_math.h"
 
 namespace tf_opt_ops {
 namespace lazy_adam {
 
-// The inputs, by position. The V2 op adds kStep after the others; both end
-// with the optional weight decay (WeightDecayInput).
+// The inputs, by position. The V2 op adds kStep after the others; the W ops
+// add the weight decay after those (WeightDecayInput).
 enum Input : int {
   kVar = 0,
   kM,
@@ -41,23 +41,13 @@ constexpr int kNumHyperparameters = kEpsilon - kBeta1Power + 1;
 constexpr const char* kHyperparameterNames[kNumHyperparameters] = {
     "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
 
-// The optional decoupled weight decay: a list input of Tscalar, the last
-// input of either op, of length attr Nweight_decay (0: no decay, the default,
-// which every graph written before the input existed gets; 1: the scalar
-// weight decay). Old graphs keep loading because the input is a list whose
-// length attr has a default.
+// The W ops (ResourceSparseApplyLazyAdamW, ...WV2) take the weight decay, a
+// scalar of Tscalar, after every input of the op they extend.
 constexpr const char* kWeightDecayName = "weight_decay";
-constexpr const char* kWeightDecayCountAttr = "Nweight_decay";
-constexpr int kMaxWeightDecayCount = 1;
 constexpr int WeightDecayInput(bool v2) { return v2 ? kStep + 1 : kStep; }
 
-inline absl::Status CheckWeightDecayCount(int64_t count) {
-  if (count >= 0 && count <= kMaxWeightDecayCount) return absl::OkStatus();
-  return InvalidArgument(kWeightDecayCountAttr, " = ", count, ": ", kWeightDecayName,
-                         " takes at most ", kMaxWeightDecayCount,
-                         " value (the decay of the touched rows); pass one scalar, or none for no "
-                         "decay");
-}
+// Whether an op with `num_inputs` inputs is a W op.
+constexpr bool HasWeightDecay(int num_inputs, bool v2) { return num_inputs > WeightDecayInput(v2); }
 
 // The hyperparameters' values, of the compute type C: those of
 // kHyperparameterNames in order, then the weight decay and whether it

@@ -73,10 +73,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
       layout_.seed = static_cast<uint64_t>(seed);
     }
-    int weight_decay_count = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(lazy_adam::kWeightDecayCountAttr, &weight_decay_count));
-    OP_REQUIRES_OK(ctx, lazy_adam::CheckWeightDecayCount(weight_decay_count));
-    decays_ = weight_decay_count > 0;
+    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs(), kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -112,35 +109,44 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
 
  private:
   bool use_locking_;
-  bool decays_;  // the op has its weight_decay input
+  bool decays_;  // a W op: the weight decay is its last input
   AdamStateLayout layout_;
 };
 
-// KernelOn for both ops: on a GPU the weight decay is read on the host too.
+// KernelOn for the four ops: on a GPU a W op's weight decay is read on the
+// host too.
 static ::tensorflow::KernelDefBuilder& LazyAdamKernelOn(::tensorflow::KernelDefBuilder&& name,
-                                                        bool gpu, bool step) {
+                                                        bool gpu, bool step, bool decays) {
   ::tensorflow::KernelDefBuilder& builder =
       KernelOn(std::move(name), gpu, lazy_adam::kHyperparameterNames, step);
-  return gpu ? builder.HostMemory(lazy_adam::kWeightDecayName) : builder;
+  return gpu && decays ? builder.HostMemory(lazy_adam::kWeightDecayName) : builder;
 }
 
-// The kernels of both ops on Device, with both index types:
-// ResourceSparseApplyLazyAdam for tables of half, bfloat16, float and double
-// (TF_OPT_OPS_REGISTER_T), the V2 op for tables and slots of half, bfloat16
-// and float (TF_OPT_OPS_REGISTER_LIGHT_T).
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                    \
-  TF_OPT_OPS_REGISTER_KERNEL(LazyAdamKernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"),       \
-                                              !std::is_same_v<Device, CPUDevice>, /*step=*/false) \
-                                 .TypeConstraint<T>("T")                                          \
-                                 .TypeConstraint<Tindex>("Tindices"),                             \
-                             SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
-#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                          \
-  TF_OPT_OPS_REGISTER_KERNEL(LazyAdamKernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"),    \
-                                              !std::is_same_v<Device, CPUDevice>, /*step=*/true) \
-                                 .TypeConstraint<T>("T")                                         \
-                                 .TypeConstraint<S>("Tslot")                                     \
-                                 .TypeConstraint<Tindex>("Tindices"),                            \
-                             SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
+// The kernels of the four ops on Device, with both index types:
+// ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float
+// and double (TF_OPT_OPS_REGISTER_T), the V2 op and its W op for tables and
+// slots of half, bfloat16 and float (TF_OPT_OPS_REGISTER_LIGHT_T).
+#define TF_OPT_OPS_REGISTER_OP(Op, decays, Device, T, Tindex)                                \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                \
+      LazyAdamKernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, /*step=*/false, decays) \
+          .TypeConstraint<T>("T")                                                            \
+          .TypeConstraint<Tindex>("Tindices"),                                               \
+      SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
+#define TF_OPT_OPS_REGISTER_LIGHT_OP(Op, decays, Device, T, S, Tindex)                      \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                               \
+      LazyAdamKernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, /*step=*/true, decays) \
+          .TypeConstraint<T>("T")                                                           \
+          .TypeConstraint<S>("Tslot")                                                       \
+          .TypeConstraint<Tindex>("Tindices"),                                              \
+      SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                             \
+  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam", false, Device, T, Tindex) \
+  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamW", true, Device, T, Tindex)
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                       \
+  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamV2", false, Device, T, S, \
+                               Tindex)                                                        \
+  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamWV2", true, Device, T, S, \
+                               Tindex)
 #define TF_OPT_OPS_REGISTER_T(Device, T) \
   TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
 #define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S) \

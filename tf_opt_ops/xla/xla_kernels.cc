@@ -50,6 +50,8 @@ using ::tensorflow::XlaOpKernelContext;
 
 constexpr char kSparseLazyAdamOp[] = "TfOptOps>ResourceSparseApplyLazyAdam";
 constexpr char kSparseLazyAdamV2Op[] = "TfOptOps>ResourceSparseApplyLazyAdamV2";
+constexpr char kSparseLazyAdamWOp[] = "TfOptOps>ResourceSparseApplyLazyAdamW";
+constexpr char kSparseLazyAdamWV2Op[] = "TfOptOps>ResourceSparseApplyLazyAdamWV2";
 constexpr char kClippyAdagradOp[] = "TfOptOps>ResourceApplyClippyAdagrad";
 constexpr char kSparseClippyAdagradOp[] = "TfOptOps>ResourceSparseApplyClippyAdagrad";
 constexpr char kClippyAdagradV2Op[] = "TfOptOps>ResourceApplyClippyAdagradV2";
@@ -265,10 +267,7 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
   explicit SparseApplyLazyAdamXla(tensorflow::OpKernelConstruction* ctx)
       : FusedOpXla(ctx, kLight, "Tslot") {
     if (kLight) OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &rowwise_));
-    int weight_decay_count = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr(lazy_adam::kWeightDecayCountAttr, &weight_decay_count));
-    OP_REQUIRES_OK(ctx, lazy_adam::CheckWeightDecayCount(weight_decay_count));
-    decays_ = weight_decay_count > 0;
+    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs(), kLight);
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -313,7 +312,7 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
 
  private:
   bool rowwise_ = false;
-  bool decays_ = false;  // the op has its weight_decay input
+  bool decays_ = false;  // a W op: the weight decay is its last input
 };
 
 // Both Clippy ops and their V2 (kLight: the accumulator of dtype Taccum, and
@@ -441,6 +440,8 @@ struct XlaKernel {
 const XlaKernel kKernels[] = {
     {kSparseLazyAdamOp, Create<SparseApplyLazyAdamXla<false>>},
     {kSparseLazyAdamV2Op, Create<SparseApplyLazyAdamXla<true>>},
+    {kSparseLazyAdamWOp, Create<SparseApplyLazyAdamXla<false>>},
+    {kSparseLazyAdamWV2Op, Create<SparseApplyLazyAdamXla<true>>},
     {kClippyAdagradOp, Create<ClippyAdagradXla<false, false>>},
     {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true, false>>},
     {kClippyAdagradV2Op, Create<ClippyAdagradXla<false, true>>},
