@@ -608,7 +608,7 @@ class LazyAdamMixin:
 
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
-              indices=None, fused_dense=False, on_mesh=False, light=None):
+              indices=None, fused_dense=False, on_mesh=False, light=None, weight_decay=None):
   """Lazy Adam on `var` with slots `m`, `v`; the math is the op's (`ops.sparse_lazy_adam`).
 
   `grad` is a `tf.IndexedSlices` (or its values with `indices` given): only the
@@ -621,7 +621,10 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   the formulation DTensor can lay out (every row computed, the touched ones
   written; see `_standard_ops`). `light`: `LightState.op_options(var)` when the
   slots are light; every update, dense ones too (as all rows), then runs the
-  V2 op, which alone knows the light layout.
+  V2 op, which alone knows the light layout. `weight_decay` (None: none):
+  stock Keras' decoupled decay before the update (`decay_weights`), fused into
+  the op's pass where the op runs, of the rows a sparse `grad` names (all rows
+  of a dense one).
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
@@ -631,8 +634,19 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
     if light and light["rowwise_second_moment"]:
       v_shape = v_shape[:1]
     check_slot_layout(var, {"m": m, "v": v}, want_dtype, {"v": v_shape})
+  if weight_decay is not None:
+    fused = light is not None or (indices is not None and not on_mesh and
+                                  not xla_fallback("LazyAdam", var))
+    if not fused:
+      decay_weights(var, grad if indices is None else tf.IndexedSlices(grad, indices), lr,
+                    weight_decay)
+      weight_decay = None
+    else:
+      # Rounded to the variable's dtype as decay_weights rounds it, so the op's decay is its.
+      weight_decay = tf.cast(tf.cast(weight_decay, dtype), scalar_dtype(dtype))
   if light is not None:
-    return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh)
+    return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh,
+                            weight_decay)
   if on_mesh:
     if indices is None:
       return _standard_ops.dense_adam(var, m, v, grad, **hypers)
@@ -641,7 +655,8 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
     return _standard_ops.sparse_lazy_adam(var, m, v, grad, indices, **hypers)
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   if indices is not None:
-    return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking, **scalars)
+    return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
+                                weight_decay=weight_decay, **scalars)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
   if fused_dense and dtype in (tf.float32, tf.float64):
     return tf.raw_ops.ResourceApplyAdam(var=handle(var), m=handle(m), v=handle(v), grad=grad,
@@ -667,7 +682,8 @@ def _refuse_light_state_in_standard_ops(what, var, on_mesh):
                      f"jit_compile.")
 
 
-def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh):
+def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh,
+                     weight_decay):
   """Lazy Adam with light slots: op ResourceSparseApplyLazyAdamV2, a dense gradient as all rows."""
   _refuse_light_state_in_standard_ops("LazyAdam with slot_dtype / rowwise_second_moment", var,
                                       on_mesh)
@@ -675,7 +691,7 @@ def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
-                              step=hypers["step"], **scalars, **light)
+                              step=hypers["step"], weight_decay=weight_decay, **scalars, **light)
 
 
 # ----------------------------------------------------------------------------- Clippy Adagrad

@@ -234,19 +234,24 @@ class _Keras3Mixin:
           lambda: None)
 
   def _apply_weight_decay(self, variables):
-    # Each variable is decayed in its update step, where its gradient says which rows
-    # (`_decay`).
+    # Each variable is decayed in its update step, where its gradient says which rows (the
+    # lazy Adam op's weight decay, `_decay` before Clippy's op).
     return
+
+  def _weight_decay_of(self, variable):
+    """The base class's weight decay of `variable`, or None where it has none."""
+    # A zero weight decay would rewrite rows without changing a value.
+    if _core.is_zero(self.weight_decay):
+      return None
+    # The model variable (update_step gets the tf.Variable it wraps): exclusions name it.
+    model_variable = self._trainable_variables[self._get_variable_index(variable)]
+    return self.weight_decay if self._use_weight_decay(model_variable) else None
 
   def _decay(self, gradient, variable, learning_rate):
     """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
-    # A zero weight decay would rewrite rows without changing a value.
-    if _core.is_zero(self.weight_decay):
-      return
-    # The model variable (update_step gets the tf.Variable it wraps): exclusions name it.
-    model_variable = self._trainable_variables[self._get_variable_index(variable)]
-    if self._use_weight_decay(model_variable):
-      _core.decay_weights(_tf_variable(variable), gradient, learning_rate, self.weight_decay)
+    weight_decay = self._weight_decay_of(variable)
+    if weight_decay is not None:
+      _core.decay_weights(_tf_variable(variable), gradient, learning_rate, weight_decay)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -288,11 +293,12 @@ class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
     index = self._get_variable_index(variable)
 
     def update():
-      self._decay(gradient, variable, learning_rate)
-      return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
-                             lr=learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                             epsilon=self.epsilon, step=self.iterations + 1,
-                             light=self._light_options(variable))
+      # The op decays the rows it updates, in the same pass.
+      return _core.lazy_adam(_tf_variable(variable), self._momentums[index],
+                             self._velocities[index], gradient, lr=learning_rate,
+                             beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
+                             step=self.iterations + 1, light=self._light_options(variable),
+                             weight_decay=self._weight_decay_of(variable))
 
     self._with_moving_average(gradient, variable, update)
 

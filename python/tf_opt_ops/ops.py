@@ -25,6 +25,8 @@ from tf_opt_ops._op_inputs import value_dtype as _value_dtype
 OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdam",
     "TfOptOps>ResourceSparseApplyLazyAdamV2",
+    "TfOptOps>ResourceSparseApplyLazyAdamW",
+    "TfOptOps>ResourceSparseApplyLazyAdamWV2",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
@@ -38,7 +40,7 @@ _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
                      beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
                      rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
-                     name=None):
+                     weight_decay=None, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
@@ -51,6 +53,11 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   `v` of shape `[var.shape[0]]` with `rowwise_second_moment`, 16-bit slots
   rounded stochastically with `stochastic_rounding`, the noise keyed by
   `seed` and the 1-based `step` (an int64 scalar).
+
+  `weight_decay` (None: no decay): Keras' decoupled weight decay, `var -= var *
+  weight_decay * lr` in `var`'s dtype, on each row `indices` names, once, before
+  its update (op `TfOptOps>ResourceSparseApplyLazyAdamW`, or `...WV2` for light
+  slots).
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -58,17 +65,23 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
                 beta2_power=_scalar(beta_2_power, s), lr=_scalar(lr, s), beta1=_scalar(beta_1, s),
                 beta2=_scalar(beta_2, s), epsilon=_scalar(epsilon, s), grad=grad, indices=indices,
                 use_locking=use_locking, name=name)
+  if weight_decay is not None:
+    inputs["weight_decay"] = _scalar(weight_decay, s)
+  lib = load_library()
   slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
   light_types = (tf.float16, tf.bfloat16, tf.float32)
   # V1 for slots of the table's dtype, and for dtypes V2 does not take (V1 names the mismatch).
   if not rowwise_second_moment and not stochastic_rounding and (slot_dtype == grad.dtype or
                                                                 slot_dtype not in light_types or
                                                                 grad.dtype not in light_types):
-    return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam(**inputs)
-  return load_library().tf_opt_ops_resource_sparse_apply_lazy_adam_v2(
-      **inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
-      rowwise_second_moment=rowwise_second_moment, stochastic_rounding=stochastic_rounding,
-      seed=seed)
+    op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam if weight_decay is None else
+          lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w)
+    return op(**inputs)
+  op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2 if weight_decay is None else
+        lib.tf_opt_ops_resource_sparse_apply_lazy_adam_wv2)
+  return op(**inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
+            rowwise_second_moment=rowwise_second_moment, stochastic_rounding=stochastic_rounding,
+            seed=seed)
 
 
 def clippy_adagrad(var, accum, grad, *, lr=0.001, epsilon=1e-7, variable_relative_threshold=0.1,

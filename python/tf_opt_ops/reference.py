@@ -198,13 +198,16 @@ def row_mean_square(g):
 
 def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon, beta1_power,
                      beta2_power, slot_dtype=None, rowwise_second_moment=False,
-                     stochastic_rounding=False, seed=0, step=0):
+                     stochastic_rounding=False, seed=0, step=0, weight_decay=None):
   """New (var, m, v): lazy Adam on the distinct rows of `indices` only.
 
   The light slot options are op ResourceSparseApplyLazyAdamV2's: slots of
   `slot_dtype` (default: `dtype`), v one value per row when
   `rowwise_second_moment`, 16-bit slots rounded stochastically with noise
-  keyed by (`seed`, `step`, row, column) when `stochastic_rounding`.
+  keyed by (`seed`, `step`, row, column) when `stochastic_rounding`. A
+  `weight_decay` (a number; None: none) first decays each distinct row once,
+  DecayedWeight: w - w * weight_decay * lr, every value and operation
+  rounded to `dtype`.
   """
   slot_dtype = slot_dtype or dtype
   var, m, v = _stored_copy(var), _stored_copy(m), _stored_copy(v)
@@ -213,6 +216,11 @@ def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsil
   v2 = v.reshape(-1) if rowwise_second_moment else v.reshape(-1, dim)
   s = adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power)
   rows, g = summed_rows(grad, indices, dtype)
+  if weight_decay is not None:
+    C = compute_type(dtype)
+    w = load(var2[rows], dtype)
+    wd, decay_lr = _round_to(C(weight_decay), dtype), _round_to(C(lr), dtype)
+    var2[rows] = store(w - _round_to(_round_to(w * wd, dtype) * decay_lr, dtype), dtype)
   keys = dict(seed=seed, step=step)
   m_keys, v_keys = (slot_row_keys(rows, slot=k, **keys) for k in (0, 1))
   columns = np.arange(dim)

@@ -63,20 +63,27 @@ class _TfKerasMixin:
     # every table each step without changing a value.
     if _core.is_zero(self.weight_decay):
       return
-    # Each variable is decayed in its update step, where its gradient says which rows
-    # (`_decay`), but under DTensor and for shards of a sharded variable (whose Clippy scale
-    # is computed before the update steps, from the decayed values).
+    # Each variable is decayed in its update step, where its gradient says which rows (the
+    # lazy Adam op's weight decay, `_decay` before Clippy's op), but under DTensor and for
+    # shards of a sharded variable (whose Clippy scale is computed before the update steps,
+    # from the decayed values).
     super()._apply_weight_decay([v for v in variables if self._decays_whole(v)])
 
   def _decays_whole(self, variable):
     return self._on_mesh or _tf_private.sharded_container(variable) is not None
 
+  def _weight_decay_of(self, variable):
+    """The base class's weight decay of `variable` in its update step, or None where it has none
+    there."""
+    if _core.is_zero(self.weight_decay) or self._decays_whole(variable):
+      return None
+    return self.weight_decay if self._use_weight_decay(variable) else None
+
   def _decay(self, gradient, variable):
     """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
-    if _core.is_zero(self.weight_decay) or self._decays_whole(variable):
-      return
-    if self._use_weight_decay(variable):
-      _core.decay_weights(variable, gradient, self.learning_rate, self.weight_decay)
+    weight_decay = self._weight_decay_of(variable)
+    if weight_decay is not None:
+      _core.decay_weights(variable, gradient, self.learning_rate, weight_decay)
 
   def build(self, var_list):
     """Checks a checkpoint restored before building, then builds the state (`_build_state`)
@@ -304,11 +311,12 @@ class LazyAdam(_core.LazyAdamMixin, _TfKerasMixin, keras2.optimizers.Adam):
     index = self._index(variable)
 
     def update():
-      self._decay(gradient, variable)
+      # The op decays the rows it updates, in the same pass.
       return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                              lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
                              epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh,
-                             light=self._light_options(variable))
+                             light=self._light_options(variable),
+                             weight_decay=self._weight_decay_of(variable))
 
     return self._with_moving_average(gradient, variable, update)
 

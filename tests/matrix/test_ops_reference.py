@@ -123,7 +123,8 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyLazyAdam", "TfOptOps>ResourceApplyClippyAdagrad",
       "TfOptOps>ResourceSparseApplyClippyAdagrad", "TfOptOps>ResourceSparseApplyLazyAdamV2",
       "TfOptOps>ResourceApplyClippyAdagradV2", "TfOptOps>ResourceSparseApplyClippyAdagradV2",
-      "TfOptOps>ResourceSparseApplyRowwiseAdagrad", "TfOptOps>ResourceSparseApplyLazyMovingAverage"
+      "TfOptOps>ResourceSparseApplyRowwiseAdagrad", "TfOptOps>ResourceSparseApplyLazyMovingAverage",
+      "TfOptOps>ResourceSparseApplyLazyAdamW", "TfOptOps>ResourceSparseApplyLazyAdamWV2"
   }
 
   @tf.function

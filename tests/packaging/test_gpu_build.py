@@ -89,6 +89,8 @@ INDEX_TYPES = (tf.int32, tf.int64)
 OPS = {
     "TfOptOps>ResourceSparseApplyLazyAdam": (
         ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"), True),
+    "TfOptOps>ResourceSparseApplyLazyAdamW": (
+        ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "weight_decay"), True),
     "TfOptOps>ResourceApplyClippyAdagrad": (
         ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
          "absolute_threshold"), False),

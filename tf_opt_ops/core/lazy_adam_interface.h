@@ -1,9 +1,11 @@
 // The interface of ops ResourceSparseApplyLazyAdam and
-// ResourceSparseApplyLazyAdamV2, stated once: their input positions and their
-// scalar hyperparameters, in the order the shape function checks them, the
-// OpKernel reads them, and the XLA kernel passes them to its custom call
-// (the `hyper` operand, xla_targets.h), which unpacks them with FromValues.
-// TensorFlow-free, so the XLA targets read it as the TensorFlow layers do.
+// ResourceSparseApplyLazyAdamV2, and of their W ops (with weight decay),
+// stated once: their input positions, their scalar hyperparameters and the
+// weight decay, in the order the
+// shape function checks them, the OpKernel reads them, and the XLA kernel
+// passes them to its custom call (the `hyper` operand, xla_targets.h), which
+// unpacks them with FromValues. TensorFlow-free, so the XLA targets read it
+// as the TensorFlow layers do.
 #ifndef TF_OPT_OPS_CORE_LAZY_ADAM_INTERFACE_H_
 #define TF_OPT_OPS_CORE_LAZY_ADAM_INTERFACE_H_
 
@@ -12,7 +14,8 @@
 namespace tf_opt_ops {
 namespace lazy_adam {
 
-// The inputs, by position. The V2 op adds kStep after the others.
+// The inputs, by position. The V2 op adds kStep after the others; the W ops
+// add the weight decay after those (WeightDecayInput).
 enum Input : int {
   kVar = 0,
   kM,
@@ -38,25 +41,46 @@ constexpr int kNumHyperparameters = kEpsilon - kBeta1Power + 1;
 constexpr const char* kHyperparameterNames[kNumHyperparameters] = {
     "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"};
 
-// The hyperparameters' values, of the compute type C, in the order of
-// kHyperparameterNames.
+// The W ops (ResourceSparseApplyLazyAdamW, ...WV2) take the weight decay, a
+// scalar of Tscalar, after every input of the op they extend.
+constexpr const char* kWeightDecayName = "weight_decay";
+constexpr int WeightDecayInput(bool v2) { return v2 ? kStep + 1 : kStep; }
+
+// Whether an op with `num_inputs` inputs is a W op.
+constexpr bool HasWeightDecay(int num_inputs, bool v2) { return num_inputs > WeightDecayInput(v2); }
+
+// The hyperparameters' values, of the compute type C: those of
+// kHyperparameterNames in order, then the weight decay and whether it
+// applies (1) or not (0) — kNumHyperValues in all, the `hyper` operand of
+// the XLA targets.
+constexpr int kWeightDecayValue = kNumHyperparameters;
+constexpr int kDecaysValue = kNumHyperparameters + 1;
+constexpr int kNumHyperValues = kNumHyperparameters + 2;
+
 template <typename C>
 struct Hyperparameters {
-  C values[kNumHyperparameters];
+  C values[kNumHyperValues] = {};
 
   C& operator[](int input) { return values[input - kFirstHyperparameter]; }
   C operator[](int input) const { return values[input - kFirstHyperparameter]; }
 
+  void SetWeightDecay(C weight_decay) {
+    values[kWeightDecayValue] = weight_decay;
+    values[kDecaysValue] = C(1);
+  }
+
   static Hyperparameters FromValues(const C* values) {
     Hyperparameters h;
-    for (int k = 0; k < kNumHyperparameters; ++k) h.values[k] = values[k];
+    for (int k = 0; k < kNumHyperValues; ++k) h.values[k] = values[k];
     return h;
   }
 
   AdamStep<C> Step() const {
     const Hyperparameters& h = *this;
-    return MakeAdamStep<C>(h[kLr], h[kBeta1], h[kBeta2], h[kEpsilon], h[kBeta1Power],
-                           h[kBeta2Power]);
+    const AdamStep<C> step =
+        MakeAdamStep<C>(h[kLr], h[kBeta1], h[kBeta2], h[kEpsilon], h[kBeta1Power], h[kBeta2Power]);
+    if (values[kDecaysValue] == C(0)) return step;
+    return WithWeightDecay<C>(step, values[kWeightDecayValue], h[kLr]);
   }
 };
 

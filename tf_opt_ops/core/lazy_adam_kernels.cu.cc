@@ -14,7 +14,8 @@ namespace {
 
 // Each distinct row is updated by exactly one thread group, from the sum of
 // its gradient rows: no two threads write one element, so no atomics and no
-// race between duplicates. Slots of type S, rounded as `layout` says.
+// race between duplicates (and a row is decayed once, whatever its count). Slots of type S, rounded
+// as `layout` says.
 template <bool kStochastic, typename T, typename S>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     LazyAdamRowsKernel(SortedRows rows, const T* __restrict__ grad, T* __restrict__ var,
@@ -27,8 +28,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     const RowNoise noise = kStochastic ? RowNoiseOf(layout, row) : RowNoise{0, 0};
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       const C g = SummedGrad<C>(rows, grad, begin, end, j);
-      LazyAdamElement<kStochastic, T, S, C>(var + offset + j, m + offset + j, v + offset + j, g,
-                                            step, noise, j);
+      WithDecay(step, [&](auto decay) {
+        LazyAdamElement<kStochastic, T, S, C, decltype(decay)::value>(
+            var + offset + j, m + offset + j, v + offset + j, g, step, noise, j);
+      });
     }
   });
 }
@@ -60,8 +63,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if (threadIdx.x == 0) v[row] = StoreSlot<kStochastic, S>(v_t, noise.v, 0);
     for (int64_t j = threadIdx.x; j < dim; j += kMeanLanes) {
       const C g = SummedGrad<C>(rows, grad, begin, end, j);
-      LazyAdamRowwiseElement<kStochastic, T, S, C>(var + offset + j, m + offset + j, g, denominator,
-                                                   step, noise, j);
+      WithDecay(step, [&](auto decay) {
+        LazyAdamRowwiseElement<kStochastic, T, S, C, decltype(decay)::value>(
+            var + offset + j, m + offset + j, g, denominator, step, noise, j);
+      });
     }
   });
 }

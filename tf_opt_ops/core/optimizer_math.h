@@ -145,6 +145,8 @@ TF_OPT_OPS_HOST_DEVICE C Abs(C x) {
 // ---------------------------------------------------------------- lazy Adam
 // Hyperparameters of one step, with the bias correction folded into lr_t the
 // way TensorFlow's ApplyAdam does (see the ResourceSparseApplyLazyAdam doc).
+// With `decays`, each touched row is first decayed (decoupled weight decay,
+// see DecayedWeight) by weight_decay and decay_lr, the op's lr.
 template <typename C>
 struct AdamStep {
   C lr_t;
@@ -153,6 +155,9 @@ struct AdamStep {
   C beta2;
   C one_minus_beta2;
   C epsilon;
+  bool decays;
+  C weight_decay;
+  C decay_lr;
 };
 
 // The one conversion of AdamStep between compute types: the OpKernels widen
@@ -164,7 +169,10 @@ TF_OPT_OPS_HOST_DEVICE AdamStep<To> CastStep(const AdamStep<From>& s) {
                       static_cast<To>(s.one_minus_beta1),
                       static_cast<To>(s.beta2),
                       static_cast<To>(s.one_minus_beta2),
-                      static_cast<To>(s.epsilon)};
+                      static_cast<To>(s.epsilon),
+                      s.decays,
+                      static_cast<To>(s.weight_decay),
+                      static_cast<To>(s.decay_lr)};
 }
 
 template <typename C>
@@ -177,6 +185,18 @@ TF_OPT_OPS_HOST_DEVICE AdamStep<C> MakeAdamStep(C lr, C beta1, C beta2, C epsilo
   s.beta2 = beta2;
   s.one_minus_beta2 = C(1) - beta2;
   s.epsilon = epsilon;
+  s.decays = false;
+  s.weight_decay = C(0);
+  s.decay_lr = C(0);
+  return s;
+}
+
+// The step with decoupled weight decay `weight_decay` on its touched rows.
+template <typename C>
+TF_OPT_OPS_HOST_DEVICE AdamStep<C> WithWeightDecay(AdamStep<C> s, C weight_decay, C lr) {
+  s.decays = true;
+  s.weight_decay = weight_decay;
+  s.decay_lr = lr;
   return s;
 }
 
@@ -353,17 +373,69 @@ TF_OPT_OPS_HOST_DEVICE S StoreSlot(C x, uint32_t key, int64_t j) {
   }
 }
 
+// x stored as T, rounded to nearest even (as Store; bfloat16 from the bits).
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE T StoreRounded(C x) {
+  if constexpr (std::is_same_v<T, C>) {
+    return x;
+  } else {
+    return StoreNearest<T>(x);
+  }
+}
+
+// x rounded to T and back to the compute type C (nothing to do for C == T).
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
+  return Load<C>(StoreRounded<T, C>(x));
+}
+
+// A weight w of a touched row after decoupled weight decay, as stock Keras
+// decays a variable: w - w * weight_decay * lr with weight_decay and lr
+// rounded to the table's type T and every operation rounded to T (C holds
+// each exactly; a 16-bit result of a float operation rounded to T is the
+// correctly rounded T result), so the decayed row is the one Keras' own
+// arithmetic in T gives.
+template <typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C DecayedWeight(C w, const AdamStep<C>& s) {
+  const C weight_decay = RoundTo<T, C>(s.weight_decay);
+  const C lr = RoundTo<T, C>(s.decay_lr);
+  return RoundTo<T, C>(w - RoundTo<T, C>(RoundTo<T, C>(w * weight_decay) * lr));
+}
+
+// The weight an update reads: decayed first with kDecay (s.decays).
+template <bool kDecay, typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C UpdatedWeight(const T* var, const AdamStep<C>& s) {
+  const C w = Load<C>(*var);
+  if constexpr (kDecay) {
+    return DecayedWeight<T, C>(w, s);
+  } else {
+    return w;
+  }
+}
+
+// Calls f(std::integral_constant<bool, decays>{}): row loops branch on the
+// decay once per row, not per element, so that each loop vectorizes.
+template <typename C, typename F>
+TF_OPT_OPS_HOST_DEVICE void WithDecay(const AdamStep<C>& s, F&& f) {
+  if (s.decays) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 // One element of one touched row; `g` is the (duplicate-summed) gradient.
 // Slots of type S (the table's type T unless the layout says otherwise);
-// `noise` and `j` key stochastic rounding.
-template <bool kStochastic, typename T, typename S, typename C>
+// `noise` and `j` key stochastic rounding; with kDecay the weight is decayed
+// first (DecayedWeight).
+template <bool kStochastic, typename T, typename S, typename C, bool kDecay = false>
 TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamStep<C>& s,
                                             RowNoise noise, int64_t j) {
   const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
   const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * g * g;
   *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
   *v = StoreSlot<kStochastic, S>(v_t, noise.v, j);
-  *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
+  *var = Store<T>(UpdatedWeight<kDecay, T, C>(var, s) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
 }
 
 // One touched row of `n` elements: a plain loop over restrict pointers that
@@ -373,9 +445,13 @@ template <bool kStochastic, typename T, typename S, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
                                         S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
                                         int64_t n, const AdamStep<C>& s, RowNoise noise) {
-  for (int64_t j = 0; j < n; ++j) {
-    LazyAdamElement<kStochastic, T, S, C>(var + j, m + j, v + j, Load<C>(g[j]), s, noise, j);
-  }
+  WithDecay(s, [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    for (int64_t j = 0; j < n; ++j) {
+      LazyAdamElement<kStochastic, T, S, C, kDecay>(var + j, m + j, v + j, Load<C>(g[j]), s, noise,
+                                                    j);
+    }
+  });
 }
 
 // The mean of g^2 over a row, in one fixed order on every device: lane l of
@@ -432,13 +508,13 @@ TF_OPT_OPS_HOST_DEVICE C RowwiseSecondMoment(S* v, C mean_square, const AdamStep
 
 // One element of a row with row-wise v: m as in LazyAdamElement, the
 // denominator the row's.
-template <bool kStochastic, typename T, typename S, typename C>
+template <bool kStochastic, typename T, typename S, typename C, bool kDecay = false>
 TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denominator,
                                                    const AdamStep<C>& s, RowNoise noise,
                                                    int64_t j) {
   const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
   *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
-  *var = Store<T>(Load<C>(*var) - s.lr_t * m_t / denominator);
+  *var = Store<T>(UpdatedWeight<kDecay, T, C>(var, s) - s.lr_t * m_t / denominator);
 }
 
 // One touched row with row-wise v (`v` points at the row's one value).
@@ -449,10 +525,13 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF
                                                const AdamStep<C>& s, RowNoise noise) {
   const C denominator =
       RowwiseSecondMoment<kStochastic, S, C>(v, RowMeanSquare<G, C>(g, n), s, noise);
-  for (int64_t j = 0; j < n; ++j) {
-    LazyAdamRowwiseElement<kStochastic, T, S, C>(var + j, m + j, Load<C>(g[j]), denominator, s,
-                                                 noise, j);
-  }
+  WithDecay(s, [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    for (int64_t j = 0; j < n; ++j) {
+      LazyAdamRowwiseElement<kStochastic, T, S, C, kDecay>(var + j, m + j, Load<C>(g[j]),
+                                                           denominator, s, noise, j);
+    }
+  });
 }
 
 // ------------------------------------------------- lazy moving average (EMA)
@@ -473,22 +552,6 @@ struct MovingAverageStep {
 template <typename To, typename From>
 TF_OPT_OPS_HOST_DEVICE MovingAverageStep<To> CastStep(const MovingAverageStep<From>& s) {
   return MovingAverageStep<To>{static_cast<To>(s.ema_momentum), s.count};
-}
-
-// x stored as T, rounded to nearest even (as Store; bfloat16 from the bits).
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE T StoreRounded(C x) {
-  if constexpr (std::is_same_v<T, C>) {
-    return x;
-  } else {
-    return StoreNearest<T>(x);
-  }
-}
-
-// x rounded to T and back to the compute type C (nothing to do for C == T).
-template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
-  return Load<C>(StoreRounded<T, C>(x));
 }
 
 template <typename T, typename C>

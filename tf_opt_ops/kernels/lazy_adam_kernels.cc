@@ -8,6 +8,7 @@
 #include "tf_opt_ops/kernels/lazy_adam_kernels.h"
 
 #include <type_traits>
+#include <utility>
 
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
@@ -72,6 +73,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
       layout_.seed = static_cast<uint64_t>(seed);
     }
+    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs(), kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -87,6 +89,12 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
                                      &hyper.values[k]));
     }
+    if (decays_) {
+      C weight_decay;
+      OP_REQUIRES_OK(ctx,
+                     ReadScalar(ctx, WeightDecayInput(kLight), kWeightDecayName, &weight_decay));
+      hyper.SetWeightDecay(weight_decay);
+    }
     AdamStateLayout layout = layout_;
     if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
     const Tensor& grad = ctx->input(kGrad);
@@ -101,28 +109,44 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
 
  private:
   bool use_locking_;
+  bool decays_;  // a W op: the weight decay is its last input
   AdamStateLayout layout_;
 };
 
-// The kernels of both ops on Device, with both index types:
-// ResourceSparseApplyLazyAdam for tables of half, bfloat16, float and double
-// (TF_OPT_OPS_REGISTER_T), the V2 op for tables and slots of half, bfloat16
-// and float (TF_OPT_OPS_REGISTER_LIGHT_T).
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                                   \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                    \
-      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdam"), !std::is_same_v<Device, CPUDevice>, \
-               lazy_adam::kHyperparameterNames, /*step=*/false)                                  \
-          .TypeConstraint<T>("T")                                                                \
-          .TypeConstraint<Tindex>("Tindices"),                                                   \
+// KernelOn for the four ops: on a GPU a W op's weight decay is read on the
+// host too.
+static ::tensorflow::KernelDefBuilder& LazyAdamKernelOn(::tensorflow::KernelDefBuilder&& name,
+                                                        bool gpu, bool step, bool decays) {
+  ::tensorflow::KernelDefBuilder& builder =
+      KernelOn(std::move(name), gpu, lazy_adam::kHyperparameterNames, step);
+  return gpu && decays ? builder.HostMemory(lazy_adam::kWeightDecayName) : builder;
+}
+
+// The kernels of the four ops on Device, with both index types:
+// ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float
+// and double (TF_OPT_OPS_REGISTER_T), the V2 op and its W op for tables and
+// slots of half, bfloat16 and float (TF_OPT_OPS_REGISTER_LIGHT_T).
+#define TF_OPT_OPS_REGISTER_OP(Op, decays, Device, T, Tindex)                                \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                \
+      LazyAdamKernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, /*step=*/false, decays) \
+          .TypeConstraint<T>("T")                                                            \
+          .TypeConstraint<Tindex>("Tindices"),                                               \
       SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
-#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                            \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                      \
-      KernelOn(Name("TfOptOps>ResourceSparseApplyLazyAdamV2"), !std::is_same_v<Device, CPUDevice>, \
-               lazy_adam::kHyperparameterNames, /*step=*/true)                                     \
-          .TypeConstraint<T>("T")                                                                  \
-          .TypeConstraint<S>("Tslot")                                                              \
-          .TypeConstraint<Tindex>("Tindices"),                                                     \
+#define TF_OPT_OPS_REGISTER_LIGHT_OP(Op, decays, Device, T, S, Tindex)                      \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                               \
+      LazyAdamKernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, /*step=*/true, decays) \
+          .TypeConstraint<T>("T")                                                           \
+          .TypeConstraint<S>("Tslot")                                                       \
+          .TypeConstraint<Tindex>("Tindices"),                                              \
       SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                             \
+  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam", false, Device, T, Tindex) \
+  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamW", true, Device, T, Tindex)
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                       \
+  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamV2", false, Device, T, S, \
+                               Tindex)                                                        \
+  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamWV2", true, Device, T, S, \
+                               Tindex)
 #define TF_OPT_OPS_REGISTER_T(Device, T) \
   TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
 #define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S) \

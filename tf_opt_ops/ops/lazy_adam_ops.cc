@@ -20,21 +20,58 @@ namespace tf_opt_ops {
       .Input("grad: T")              \
       .Input("indices: Tindices")
 
+// The shape function of both ops without and (decays) with the weight decay
+// input, which the W ops add last.
+static absl::Status LazyAdamShape(InferenceContext* c, bool decays) {
+  using namespace lazy_adam;  // NOLINT: the input names
+  ShapeHandle var;
+  TF_RETURN_IF_ERROR(MergeVariables(c, {kVar, kM, kV}, &var));
+  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
+  if (decays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, WeightDecayInput(/*v2=*/false), 1));
+  return CheckSparseGrad(c, var, kGrad, kIndices);
+}
+
+static absl::Status LazyAdamV2Shape(InferenceContext* c, bool decays) {
+  bool rowwise = false;
+  TF_RETURN_IF_ERROR(c->GetAttr("rowwise_second_moment", &rowwise));
+  using namespace lazy_adam;  // NOLINT: the input names
+  ShapeHandle var;
+  TF_RETURN_IF_ERROR(MergeVariables(
+      c, rowwise ? std::initializer_list<int>{kVar, kM} : std::initializer_list<int>{kVar, kM, kV},
+      &var));
+  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
+  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kStep, 1));
+  if (decays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, WeightDecayInput(/*v2=*/true), 1));
+  if (rowwise && c->RankKnown(var) && c->Rank(var) >= 1) {
+    ShapeHandle v;
+    TF_RETURN_IF_ERROR(c->Merge(VariableShape(c, kV), c->Vector(c->Dim(var, 0)), &v));
+  }
+  return CheckSparseGrad(c, var, kGrad, kIndices);
+}
+
+// The attrs of ResourceSparseApplyLazyAdam and its W op. Tscalar: float64 for
+// float64 variables, float32 for every other T (bfloat16 cannot hold
+// beta2 = 0.999: it rounds to 1.0).
+#define TF_OPT_OPS_LAZY_ADAM_ATTRS           \
+  Attr("T: {half, bfloat16, float, double}") \
+      .Attr("Tscalar: {float, double}")      \
+      .Attr("Tindices: {int32, int64}")      \
+      .Attr("use_locking: bool = false")
+
+// The attrs of ResourceSparseApplyLazyAdamV2 and its W op.
+#define TF_OPT_OPS_LAZY_ADAM_V2_ATTRS              \
+  Attr("T: {half, bfloat16, float}")               \
+      .Attr("Tslot: {half, bfloat16, float}")      \
+      .Attr("Tscalar: {float}")                    \
+      .Attr("Tindices: {int32, int64}")            \
+      .Attr("use_locking: bool = false")           \
+      .Attr("rowwise_second_moment: bool = false") \
+      .Attr("stochastic_rounding: bool = false")   \
+      .Attr("seed: int = 0")
+
 REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam")
-    .TF_OPT_OPS_LAZY_ADAM_INPUTS
-    .Attr("T: {half, bfloat16, float, double}")
-    // float64 for float64 variables, float32 for every other T: bfloat16
-    // cannot hold beta2 = 0.999 (it rounds to 1.0).
-    .Attr("Tscalar: {float, double}")
-    .Attr("Tindices: {int32, int64}")
-    .Attr("use_locking: bool = false")
-    .SetShapeFn([](InferenceContext* c) {
-      using namespace lazy_adam;  // NOLINT: the input names
-      ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariables(c, {kVar, kM, kV}, &var));
-      TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
-      return CheckSparseGrad(c, var, kGrad, kIndices);
-    })
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamShape(c, /*decays=*/false); })
     .Doc(R"doc(
 Lazy Adam on the rows of var, m and v named by indices; other rows untouched.
 
@@ -79,31 +116,8 @@ use_locking: hold the variables' locks for the whole update.
 
 REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamV2")
     .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("step: int64")
-    .Attr("T: {half, bfloat16, float}")
-    .Attr("Tslot: {half, bfloat16, float}")
-    .Attr("Tscalar: {float}")
-    .Attr("Tindices: {int32, int64}")
-    .Attr("use_locking: bool = false")
-    .Attr("rowwise_second_moment: bool = false")
-    .Attr("stochastic_rounding: bool = false")
-    .Attr("seed: int = 0")
-    .SetShapeFn([](InferenceContext* c) {
-      bool rowwise = false;
-      TF_RETURN_IF_ERROR(c->GetAttr("rowwise_second_moment", &rowwise));
-      using namespace lazy_adam;  // NOLINT: the input names
-      ShapeHandle var;
-      TF_RETURN_IF_ERROR(MergeVariables(
-          c,
-          rowwise ? std::initializer_list<int>{kVar, kM} : std::initializer_list<int>{kVar, kM, kV},
-          &var));
-      TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
-      TF_RETURN_IF_ERROR(CheckScalarInputs(c, kStep, 1));
-      if (rowwise && c->RankKnown(var) && c->Rank(var) >= 1) {
-        ShapeHandle v;
-        TF_RETURN_IF_ERROR(c->Merge(VariableShape(c, kV), c->Vector(c->Dim(var, 0)), &v));
-      }
-      return CheckSparseGrad(c, var, kGrad, kIndices);
-    })
+    .TF_OPT_OPS_LAZY_ADAM_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamV2Shape(c, /*decays=*/false); })
     .Doc(R"doc(
 Lazy Adam with light slots: m and v of their own dtype, v optionally per row.
 
@@ -153,6 +167,49 @@ use_locking: hold the variables' locks for the whole update.
 rowwise_second_moment: v holds one value per row of var.
 stochastic_rounding: round 16-bit slots stochastically (else to nearest even).
 seed: keys the rounding noise, with step, row and column.
+)doc");
+
+// The W ops: the same updates with Keras' decoupled weight decay of the
+// touched rows fused into the row pass. Ops of their own, not an optional
+// input of the ops above, so that graphs and generated Python wrappers of
+// those ops stay as they are.
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamW")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamShape(c, /*decays=*/true); })
+    .Doc(R"doc(
+ResourceSparseApplyLazyAdam with decoupled weight decay of the touched rows.
+
+For each distinct row i that indices names (once, however often it is
+named), before the update of ResourceSparseApplyLazyAdam (its doc states
+it), which then reads the decayed row:
+
+    var[i] = var[i] - var[i] * weight_decay * lr
+
+This is Keras' decoupled weight decay of a variable, restricted to the rows
+the step updates; rows not named keep their values. It is computed as Keras
+computes it: weight_decay and lr rounded to T, and each operation (the two
+products, left to right, then the difference) rounded to T, so a float16 or
+bfloat16 table gets the bits of that arithmetic in its own type. Inputs are
+validated as in ResourceSparseApplyLazyAdam; weight_decay must be a scalar.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
+ResourceSparseApplyLazyAdam's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWV2")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("step: int64")
+    .Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_LAZY_ADAM_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamV2Shape(c, /*decays=*/true); })
+    .Doc(R"doc(
+ResourceSparseApplyLazyAdamV2 with decoupled weight decay of the touched rows.
+
+The decay of ResourceSparseApplyLazyAdamW (its doc states it), then the
+light-slot update of ResourceSparseApplyLazyAdamV2.
+
+weight_decay: the decay, a scalar of Tscalar (float32); the other inputs and
+attrs are ResourceSparseApplyLazyAdamV2's.
 )doc");
 
 }  // namespace tf_opt_ops

@@ -188,7 +188,7 @@ absl::Status SparseLazyAdam(const Call& call) {
     using C = decltype(c);
     lazy_adam::Hyperparameters<C> hyper;
     absl::Status read = gpu_call.Hyperparameters(call.arg(Operand::kHyper), stream,
-                                                 lazy_adam::kNumHyperparameters, hyper.values);
+                                                 lazy_adam::kNumHyperValues, hyper.values);
     if (!read.ok()) return read;
     // Computed on the host in the compute type, exactly as the OpKernel does.
     const AdamStep<double> step = CastStep<double>(hyper.Step());

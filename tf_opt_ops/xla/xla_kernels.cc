@@ -50,6 +50,8 @@ using ::tensorflow::XlaOpKernelContext;
 
 constexpr char kSparseLazyAdamOp[] = "TfOptOps>ResourceSparseApplyLazyAdam";
 constexpr char kSparseLazyAdamV2Op[] = "TfOptOps>ResourceSparseApplyLazyAdamV2";
+constexpr char kSparseLazyAdamWOp[] = "TfOptOps>ResourceSparseApplyLazyAdamW";
+constexpr char kSparseLazyAdamWV2Op[] = "TfOptOps>ResourceSparseApplyLazyAdamWV2";
 constexpr char kClippyAdagradOp[] = "TfOptOps>ResourceApplyClippyAdagrad";
 constexpr char kSparseClippyAdagradOp[] = "TfOptOps>ResourceSparseApplyClippyAdagrad";
 constexpr char kClippyAdagradV2Op[] = "TfOptOps>ResourceApplyClippyAdagradV2";
@@ -265,6 +267,7 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
   explicit SparseApplyLazyAdamXla(tensorflow::OpKernelConstruction* ctx)
       : FusedOpXla(ctx, kLight, "Tslot") {
     if (kLight) OP_REQUIRES_OK(ctx, ctx->GetAttr("rowwise_second_moment", &rowwise_));
+    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs(), kLight);
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -278,6 +281,12 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
     xla::XlaOp hyper;
     OP_REQUIRES_OK(ctx, Hyperparameters(ctx, dtype_, kFirstHyperparameter, kNumHyperparameters,
                                         kHyperparameterNames, {}, &hyper));
+    // Then the weight decay and whether it applies (lazy_adam::Hyperparameters' values).
+    xla::XlaOp decay;
+    OP_REQUIRES_OK(ctx, decays_ ? Hyperparameters(ctx, dtype_, WeightDecayInput(kLight), 1,
+                                                  &kWeightDecayName, {1.0}, &decay)
+                                : Hyperparameters(ctx, dtype_, 0, 0, nullptr, {0.0, 0.0}, &decay));
+    hyper = xla::ConcatInDim(ctx->builder(), {hyper, decay}, 0);
     OP_REQUIRES_OK(ctx, StaticShape(ctx, kGrad, "grad", &grad_shape));
     OP_REQUIRES_OK(ctx, StaticShape(ctx, kIndices, "indices", &indices_shape));
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(shapes[kVar], grad_shape, indices_shape));
@@ -303,6 +312,7 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
 
  private:
   bool rowwise_ = false;
+  bool decays_ = false;  // a W op: the weight decay is its last input
 };
 
 // Both Clippy ops and their V2 (kLight: the accumulator of dtype Taccum, and
@@ -430,6 +440,8 @@ struct XlaKernel {
 const XlaKernel kKernels[] = {
     {kSparseLazyAdamOp, Create<SparseApplyLazyAdamXla<false>>},
     {kSparseLazyAdamV2Op, Create<SparseApplyLazyAdamXla<true>>},
+    {kSparseLazyAdamWOp, Create<SparseApplyLazyAdamXla<false>>},
+    {kSparseLazyAdamWV2Op, Create<SparseApplyLazyAdamXla<true>>},
     {kClippyAdagradOp, Create<ClippyAdagradXla<false, false>>},
     {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true, false>>},
     {kClippyAdagradV2Op, Create<ClippyAdagradXla<false, true>>},

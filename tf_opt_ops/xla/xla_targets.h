@@ -14,8 +14,9 @@
 // Adagrad's weight decay mode as its number, so that a GPU target reads
 // everything it needs from the host with one copy.
 //
-//   lazy Adam:     (var, m, v, grad, indices, hyper[6]) -> (var, m, v)
-//   lazy Adam V2:  (var, m, v, grad, indices, hyper[6], layout[3]) -> (var, m, v)
+//   lazy Adam:     (var, m, v, grad, indices, hyper[8]) -> (var, m, v)
+//   lazy Adam V2:  (var, m, v, grad, indices, hyper[8], layout[3]) -> (var, m, v)
+//     hyper: the op's six scalars, weight_decay, 1 if it applies else 0;
 //     slots of their own type (v of shape [rows] when row-wise);
 //     layout (int64): seed, step, flags (kLayoutRowwise | kLayoutStochastic)
 //   Clippy:        (var, accum, grad, hyper[7][, layout[3]]) -> (var, accum, scale)
