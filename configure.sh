@@ -120,18 +120,19 @@ if [[ "${TF_NEED_CUDA:-}" != 0 ]]; then
   fi
 fi
 
+# Paths in double quotes: Bazel splits each line as a shell does, and a path may hold spaces.
 {
   echo "# Written by configure.sh for TensorFlow $tf_version ($python). Do not edit; re-run ./configure.sh."
-  echo "build --repo_env=TF_HEADER_DIR=$tf_include"
-  echo "build --repo_env=TF_SHARED_LIBRARY_DIR=$tf_lib_dir"
+  echo "build \"--repo_env=TF_HEADER_DIR=$tf_include\""
+  echo "build \"--repo_env=TF_SHARED_LIBRARY_DIR=$tf_lib_dir\""
   echo "build --repo_env=TF_SHARED_LIBRARY_NAME=$tf_lib_name"
   echo "build --repo_env=TF_VERSION=$tf_version"
   echo "build --repo_env=TF_CXX11_ABI_FLAG=$tf_abi"
-  echo "build --action_env=PYTHON_BIN_PATH=$python"
+  echo "build \"--action_env=PYTHON_BIN_PATH=$python\""
   # Debian's Bazel 4.2.3 builds offline once these point at local directories.
-  echo "build --override_repository=rules_cc=$root/third_party/rules_cc"
-  echo "build --override_repository=rules_java=$root/third_party/rules_java"
-  echo "build --override_repository=platforms=$platforms_dir"
+  echo "build \"--override_repository=rules_cc=$root/third_party/rules_cc\""
+  echo "build \"--override_repository=rules_java=$root/third_party/rules_java\""
+  echo "build \"--override_repository=platforms=$platforms_dir\""
   for f in $tf_copts; do
     case "$f" in
       --std=*|-std=*) echo "build --cxxopt=-std=${f#*=}" ;;
@@ -140,8 +141,8 @@ fi
   done
   if [[ -n "$cuda_path" ]]; then
     echo "build --repo_env=TF_NEED_CUDA=1"
-    echo "build --repo_env=CUDA_TOOLKIT_PATH=$cuda_path"
-    echo "build --repo_env=CUDA_CLANG=$cuda_clang"
+    echo "build \"--repo_env=CUDA_TOOLKIT_PATH=$cuda_path\""
+    echo "build \"--repo_env=CUDA_CLANG=$cuda_clang\""
     echo "build --repo_env=CUDA_CLANG_VERSION=$cuda_clang_version"
     echo "build --repo_env=TF_CUDA_VERSION=$cuda_version"
     echo "build --repo_env=TF_CUDA_ARCHS=$cuda_archs"

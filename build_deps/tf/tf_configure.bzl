@@ -19,6 +19,10 @@ def _require(rctx, name):
         fail("%s is not set: run ./configure.sh before bazel build." % name)
     return value
 
+def _quoted(path):
+    """`path` as one word of a response file (@file) for gcc or ld."""
+    return "'" + path.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
 def _tf_configure_impl(rctx):
     header_dir = _require(rctx, "TF_HEADER_DIR")
     lib_dir = _require(rctx, "TF_SHARED_LIBRARY_DIR")
@@ -28,6 +32,11 @@ def _tf_configure_impl(rctx):
     # TensorFlow's C and C++ API (TF_LoadSessionFromSavedModel), beside the
     # framework library in the pip package: serving/ links it.
     rctx.symlink(lib_dir + "/libtensorflow_cc.so.2", "lib/libtensorflow_cc.so.2")
+    # The linker reaches TensorFlow's libraries through this repository's lib/
+    # and reads their run-time folder from a file: pip's folder may hold
+    # spaces, which Bazel's unquoted link parameter files would split.
+    rctx.symlink(lib_dir + "/" + lib_name, "lib/" + lib_name)
+    rctx.file("lib/runpath.args", "-rpath " + _quoted(lib_dir) + "\n")
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -44,7 +53,7 @@ cc_library(
 # At run time the loader finds it because TensorFlow has loaded it first.
 cc_library(
     name = "libtensorflow_framework",
-    linkopts = ["-L{lib_dir}", "-l:{lib_name}"],
+    linkopts = [{search_lib_dir}, "-l:{lib_name}"],
 )
 
 # The XLA library (_tf_opt_ops_xla.so) also links TensorFlow's C++ library,
@@ -52,7 +61,7 @@ cc_library(
 # RUNPATH (TensorFlow has loaded both before us).
 cc_library(
     name = "libtensorflow_cc_by_soname",
-    linkopts = ["-L{lib_dir}", "-l:libtensorflow_cc.so.2"],
+    linkopts = [{search_lib_dir}, "-l:libtensorflow_cc.so.2"],
 )
 
 # The tf2xla headers include two third-party libraries from where the wheel
@@ -71,11 +80,15 @@ cc_library(
 cc_library(
     name = "libtensorflow_cc",
     srcs = ["lib/libtensorflow_cc.so.2"],
-    linkopts = ["-Wl,-rpath,{lib_dir}"],
+    linkopts = [{run_from_lib_dir}],
 )
 
 exports_files(["_build_info.py"])
-""".format(lib_dir = lib_dir, lib_name = lib_name))
+""".format(
+        search_lib_dir = repr("-L" + str(rctx.path("lib"))),
+        run_from_lib_dir = repr("-Wl,@" + str(rctx.path("lib/runpath.args"))),
+        lib_name = lib_name,
+    ))
     rctx.file("_build_info.py", '''"""Written by the build: what this library was built against."""
 
 TF_VERSION = "{version}"

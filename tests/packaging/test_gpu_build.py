@@ -61,8 +61,9 @@ def bazelrc_value(name):
   try:
     with open(os.path.join(ROOT, ".bazelrc"), encoding="utf-8") as f:
       for line in f:
-        if line.startswith(f"build --repo_env={name}="):
-          return line.strip().split("=", 2)[2]
+        words = shlex.split(line, comments=True)  # as Bazel reads it: paths are quoted
+        if len(words) == 2 and words[0] == "build" and words[1].startswith(f"--repo_env={name}="):
+          return words[1].split("=", 2)[2]
   except FileNotFoundError:
     pass
   return None
