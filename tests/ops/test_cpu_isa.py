@@ -25,6 +25,8 @@ ADAM = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
 CLIPPY = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-4)
 ROWWISE = dict(lr=0.05, epsilon=1e-8, weight_decay=0.01)
+# Lazy Adam's fused weight decay (the W ops): every Adam case runs without and with it.
+ADAM_WEIGHT_DECAYS = {"": None, "wd_": 0.3}
 # (slot dtype, stochastic rounding) of the float32-table cases also run inside XLA.
 XLA_LAYOUTS = (("float32", False), ("bfloat16", True), ("float16", False))
 PYTHON_DIR = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "python")
@@ -199,11 +201,12 @@ def worker(out_path):
                                  weight_decay_mode=mode, stochastic_rounding=stochastic, seed=77,
                                  **ROWWISE)
     out[f"{name}/var"], out[f"{name}/accum"] = stored(var, t), stored(accum, accum_dtype)
-  for name, t, s, rowwise, stochastic in adam_cases():
+  for (prefix, decay), (name, t, s, rowwise,
+                        stochastic) in itertools.product(ADAM_WEIGHT_DECAYS.items(), adam_cases()):
     rng = np.random.default_rng(1)
-    lazy_adam(name, adam_state(rng, reference, t, s, rowwise), (t, s, s), grads(rng, reference, t),
-              INDICES, slot_dtype=s, rowwise_second_moment=rowwise, stochastic_rounding=stochastic,
-              seed=1234)
+    lazy_adam(prefix + name, adam_state(rng, reference, t, s, rowwise), (t, s, s),
+              grads(rng, reference, t), INDICES, slot_dtype=s, rowwise_second_moment=rowwise,
+              stochastic_rounding=stochastic, seed=1234, weight_decay=decay)
   for s, stochastic in XLA_LAYOUTS:
     rng = np.random.default_rng(1)
     lazy_adam(f"xla_adam_float32_{s}_sr{int(stochastic)}",
@@ -327,7 +330,8 @@ def test_levels_give_the_same_bits(outputs):
 def test_every_level_matches_the_reference(outputs):
   from tf_opt_ops import reference
   expected = {}
-  for name, t, s, rowwise, stochastic in adam_cases():
+  for (prefix, decay), (name, t, s, rowwise,
+                        stochastic) in itertools.product(ADAM_WEIGHT_DECAYS.items(), adam_cases()):
     rng = np.random.default_rng(1)
     var, m, v = adam_state(rng, reference, t, s, rowwise)
     for step, (g, i) in enumerate(zip(grads(rng, reference, t), INDICES), start=1):
@@ -336,9 +340,11 @@ def test_every_level_matches_the_reference(outputs):
                                              epsilon=ADAM["epsilon"], beta1_power=0.9**step,
                                              beta2_power=0.999**step, slot_dtype=s,
                                              rowwise_second_moment=rowwise,
-                                             stochastic_rounding=stochastic, seed=1234, step=step)
+                                             stochastic_rounding=stochastic, seed=1234, step=step,
+                                             weight_decay=decay)
+    name = prefix + name
     expected.update({f"{name}/var": var, f"{name}/m": m, f"{name}/v": v})
-    if t == "float32" and not rowwise and (s, stochastic) in XLA_LAYOUTS:
+    if not prefix and t == "float32" and not rowwise and (s, stochastic) in XLA_LAYOUTS:
       xla = f"xla_adam_float32_{s}_sr{int(stochastic)}"
       expected.update({f"{xla}/var": var, f"{xla}/m": m, f"{xla}/v": v})
   for name, sparse, t, a, stochastic, standard, clip in clippy_cases():
