@@ -10,7 +10,9 @@
 # tools/build_wheel.py --merge writes the release wheel,
 # dist/tf_opt_ops-<version>-py3-none-<platform>.whl, with every version's library. Bazel
 # keeps one output tree: the CUDA objects, which do not depend on TensorFlow, are
-# compiled once.
+# compiled once. The version the repository's .venv holds (`make build`'s) is built with
+# that .venv and first: its configuration is .bazelrc's, so Bazel finds `make build`'s
+# outputs current and compiles nothing again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -23,13 +25,28 @@ tf_pin() { awk -v m="$1" '$1 == m {print $2}' "$versions_file"; }
 versions=("$@")
 [[ ${#versions[@]} -gt 0 ]] || mapfile -t versions < <(all_versions)
 
+# The .venv's TensorFlow release, when it is one of the pins (read from its metadata: no import).
+host_pin=""
+if [[ -x .venv/bin/python ]]; then
+  host_pin="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("tensorflow"))' \
+    2>/dev/null || true)"
+fi
+host_first=() others=()
+for minor in "${versions[@]}"; do
+  if [[ -n "$host_pin" && "$(tf_pin "$minor")" == "$host_pin" ]]; then host_first+=("$minor");
+  else others+=("$minor"); fi
+done
+versions=("${host_first[@]}" "${others[@]}")
+
 rm -rf build/wheels
 mkdir -p build/wheels dist
 for minor in "${versions[@]}"; do
   pin="$(tf_pin "$minor")"
   [[ -n "$pin" ]] || { echo "wheel_all: TensorFlow $minor is not in $versions_file" >&2; exit 2; }
   venv=".venvs/build-tf$minor"
-  if [[ ! -f "$venv/.installed-$pin" ]]; then
+  if [[ "$pin" == "$host_pin" ]]; then
+    venv=.venv
+  elif [[ ! -f "$venv/.installed-$pin" ]]; then
     echo "wheel_all: TensorFlow $pin build environment ($venv)"
     rm -rf "$venv"
     "$python" -m venv "$venv"
