@@ -32,14 +32,19 @@ cudaEvent_t g_stop = nullptr;
 // The hyperparameters in the compute type of `dtype` (double for double,
 // float for every other type), as the OpKernels read them, then widened to
 // double for the launchers by the one conversion the OpKernels use too
-// (CastStep, optimizer_math.h).
+// (CastStep, optimizer_math.h). A non-null `weight_decay` makes it the W ops'
+// step (lazy_adam::Hyperparameters::Step): decayed by it and by `lr`.
 AdamStep<double> LazyAdamStep(DType dtype, double lr, double beta1, double beta2, double epsilon,
-                              double beta1_power, double beta2_power) {
+                              double beta1_power, double beta2_power, const double* weight_decay) {
   auto in = [&](auto compute_type) {
     using C = decltype(compute_type);
-    return tf_opt_ops::CastStep<double>(tf_opt_ops::MakeAdamStep<C>(
+    const AdamStep<C> step = tf_opt_ops::MakeAdamStep<C>(
         static_cast<C>(lr), static_cast<C>(beta1), static_cast<C>(beta2), static_cast<C>(epsilon),
-        static_cast<C>(beta1_power), static_cast<C>(beta2_power)));
+        static_cast<C>(beta1_power), static_cast<C>(beta2_power));
+    return tf_opt_ops::CastStep<double>(
+        weight_decay == nullptr ? step
+                                : tf_opt_ops::WithWeightDecay<C>(
+                                      step, static_cast<C>(*weight_decay), static_cast<C>(lr)));
   };
   return dtype == DType::kDouble ? in(double()) : in(float());
 }
@@ -162,16 +167,20 @@ TFO_API size_t tfo_dense_scratch_bytes(int dtype) {
 // Sparse lazy Adam; bad_position/bad_index as IndexError. The slots are of
 // `slot_dtype` and laid out as rowwise/stochastic/seed/step say
 // (AdamStateLayout); slot_dtype == dtype and zeros for the plain op.
+// `weight_decay` points to the W ops' weight decay (a host value, as the op's
+// input; each touched row decayed once before its update), or is null for
+// the ops without decay.
 TFO_API int tfo_sparse_lazy_adam(int dtype, int index_type, const void* indices,
                                  int64_t num_indices, int64_t num_rows, int64_t row_size,
                                  const void* grad, void* var, void* m, void* v, double lr,
                                  double beta1, double beta2, double epsilon, double beta1_power,
-                                 double beta2_power, int slot_dtype, int rowwise, int stochastic,
-                                 uint64_t seed, int64_t step, void* scratch, size_t scratch_bytes,
-                                 int64_t* bad_position, int64_t* bad_index) {
+                                 double beta2_power, const double* weight_decay, int slot_dtype,
+                                 int rowwise, int stochastic, uint64_t seed, int64_t step,
+                                 void* scratch, size_t scratch_bytes, int64_t* bad_position,
+                                 int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
   const AdamStep<double> adam =
-      LazyAdamStep(t, lr, beta1, beta2, epsilon, beta1_power, beta2_power);
+      LazyAdamStep(t, lr, beta1, beta2, epsilon, beta1_power, beta2_power, weight_decay);
   tf_opt_ops::AdamStateLayout layout;
   layout.rowwise_second_moment = rowwise != 0;
   layout.stochastic_rounding = stochastic != 0;

@@ -7,7 +7,8 @@ gpu-check-build`) through ctypes and compares every
 result with the NumPy references of python/tf_opt_ops/reference.py (docs/design.md,
 "The math" and "GPU boundary"): all four variable
 types, int32 and int64 indices, duplicate indices, a heavy-hitter row, bad
-indices (rejected, nothing written), Clippy's flags, NaN gradients, and a
+indices (rejected, nothing written), lazy Adam's light slots and its fused
+weight decay (the W ops), Clippy's flags, NaN gradients, and a
 table past 2^31 elements (64-bit offsets) when the GPU has the memory. Then it
 times the kernels against a device-to-device copy in the same run and against
 torch.optim.SparseAdam when torch with CUDA is importable.
@@ -104,7 +105,7 @@ class CudaBackend:
     L.tfo_dense_scratch_bytes.argtypes = [cint]
     L.tfo_sparse_lazy_adam.argtypes = (
         [cint, cint, vp, i64, i64, i64, vp, vp, vp, vp] + [dbl] * 6 +
-        [cint, cint, cint, ctypes.c_uint64, i64] +
+        [ctypes.POINTER(dbl), cint, cint, cint, ctypes.c_uint64, i64] +
         [vp, sz, ctypes.POINTER(i64), ctypes.POINTER(i64)])
     L.tfo_clippy_adagrad.argtypes = ([cint, i64, vp, vp, vp] + [dbl] * 5 + [cint, cint, vp, vp, sz])
     L.tfo_sparse_clippy_adagrad.argtypes = (
@@ -182,17 +183,20 @@ class CudaBackend:
 
   def lazy_adam_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
                     hyper, d_scratch, scratch_bytes, layout=None):
-    """`layout`: the light slot state (reference.AdamStateLayout keys), or None."""
+    """`layout`: the light slot state (reference.AdamStateLayout keys), or None. A
+    "weight_decay" in `hyper` runs the W ops' step (the decay fused into the row pass)."""
     layout = {
         "slot_dtype": dtype, "rowwise_second_moment": False, "stochastic_rounding": False,
         "seed": 0, "step": 0, **(layout or {})
     }
+    weight_decay = hyper.get("weight_decay")
+    weight_decay = None if weight_decay is None else ctypes.byref(ctypes.c_double(weight_decay))
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
     self.check(
         self.lib.tfo_sparse_lazy_adam(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n,
                                       num_rows, dim, d_grad, d_var, d_m, d_v, hyper["lr"],
                                       hyper["beta1"], hyper["beta2"], hyper["epsilon"],
-                                      hyper["beta1_power"], hyper["beta2_power"],
+                                      hyper["beta1_power"], hyper["beta2_power"], weight_decay,
                                       DTYPE_CODE[layout["slot_dtype"]],
                                       int(layout["rowwise_second_moment"]),
                                       int(layout["stochastic_rounding"]),
@@ -351,11 +355,11 @@ class TfCpuBackend:
     with self.tf.device("/CPU:0"):
       tv, g = self._var(var, dtype), self._var(grad, dtype)
       tm, tvv = self._var(m, slot_dtype), self._var(v, slot_dtype)
+      op_hyper = dict(beta_1_power=hyper["beta1_power"], beta_2_power=hyper["beta2_power"],
+                      lr=hyper["lr"], beta_1=hyper["beta1"], beta_2=hyper["beta2"],
+                      epsilon=hyper["epsilon"], weight_decay=hyper.get("weight_decay"))
       bad = self._bad(lambda: self.ops.sparse_lazy_adam(tv, tm, tvv, g.read_value(
-      ), self.tf.constant(indices), beta_1_power=hyper["beta1_power"], beta_2_power=hyper[
-          "beta2_power"], lr=hyper["lr"], beta_1=hyper["beta1"], beta_2=hyper[
-              "beta2"], epsilon=hyper["epsilon"], slot_dtype=self.tf.as_dtype(slot_dtype), **layout)
-                     )
+      ), self.tf.constant(indices), slot_dtype=self.tf.as_dtype(slot_dtype), **op_hyper, **layout))
       return (self._get(tv, dtype), self._get(tm, slot_dtype), self._get(tvv, slot_dtype), bad)
 
   def clippy(self, dtype, var, accum, grad, indices, hyper):
@@ -424,6 +428,9 @@ def _scale_ok(got, want, dtype):
 
 
 ADAM = dict(lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7, beta1_power=0.9**3, beta2_power=0.999**3)
+# The lazy Adam W ops' step: each touched row decayed once (DecayedWeight), then updated.
+# Large, so that the decay shows in float32's bits.
+ADAMW = dict(ADAM, weight_decay=0.3)
 CLIPPY = dict(lr=0.5, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-3)
 
@@ -448,56 +455,67 @@ CASES = [  # (num_rows, dim, n, kind)
 ]
 
 
+def _adam_name(hyper):
+  """"lazy_adam", or "lazy_adam_w" for the W ops' step (ADAMW)."""
+  return "lazy_adam" if hyper.get("weight_decay") is None else "lazy_adam_w"
+
+
 def check_lazy_adam(backend, report, rng):
-  for dtype in reference.DTYPES:
-    for index_dtype in (np.int32, np.int64):
-      for num_rows, dim, n, kind in CASES:
-        name = f"lazy_adam {dtype} {index_dtype.__name__} {num_rows}x{dim} n={n} {kind}"
-        var = reference.random_values(rng, (num_rows, dim), dtype)
-        m = reference.random_values(rng, (num_rows, dim), dtype)
-        v = reference.store(rng.uniform(0, 1, (num_rows, dim)), dtype)
-        grad = reference.random_values(rng, (n, dim), dtype)
-        idx = _indices(rng, n, num_rows, index_dtype, kind)
-        want = reference.sparse_lazy_adam(var, m, v, grad, idx, dtype, **ADAM)
-        got = backend.lazy_adam(dtype, var, m, v, grad, idx, ADAM)
-        report.check(got[3][0] == -1, name + " no index error", str(got[3]))
-        for what, g, w in zip(("var", "m", "v"), got[:3], want):
-          _compare(report, f"{name} {what}", g, w, dtype)
-        untouched = np.setdiff1d(np.arange(num_rows), idx)
-        report.check(np.array_equal(got[0][untouched], var[untouched]),
-                     f"{name} untouched rows unchanged")
+  """Ops ResourceSparseApplyLazyAdam and, with the weight decay, ...LazyAdamW: a decayed row is
+  decayed once whatever its count, and an untouched row is neither decayed nor updated."""
+  for hyper in (ADAM, ADAMW):
+    for dtype in reference.DTYPES:
+      for index_dtype in (np.int32, np.int64):
+        for num_rows, dim, n, kind in CASES:
+          name = (f"{_adam_name(hyper)} {dtype} {index_dtype.__name__} {num_rows}x{dim} n={n} "
+                  f"{kind}")
+          var = reference.random_values(rng, (num_rows, dim), dtype)
+          m = reference.random_values(rng, (num_rows, dim), dtype)
+          v = reference.store(rng.uniform(0, 1, (num_rows, dim)), dtype)
+          grad = reference.random_values(rng, (n, dim), dtype)
+          idx = _indices(rng, n, num_rows, index_dtype, kind)
+          want = reference.sparse_lazy_adam(var, m, v, grad, idx, dtype, **hyper)
+          got = backend.lazy_adam(dtype, var, m, v, grad, idx, hyper)
+          report.check(got[3][0] == -1, name + " no index error", str(got[3]))
+          for what, g, w in zip(("var", "m", "v"), got[:3], want):
+            _compare(report, f"{name} {what}", g, w, dtype)
+          untouched = np.setdiff1d(np.arange(num_rows), idx)
+          report.check(np.array_equal(got[0][untouched], var[untouched]),
+                       f"{name} untouched rows unchanged")
 
 
 LIGHT_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def check_light_state(backend, report, rng):
-  """Light slots (op ResourceSparseApplyLazyAdamV2): every table/slot dtype pair, row-wise v or
-  not, rounded stochastically or to nearest, bit for bit against the reference (the CPU kernels
-  are held to it in tests/ops/test_light_state_op.py)."""
-  for dtype in LIGHT_DTYPES:
-    for slot_dtype in LIGHT_DTYPES:
-      for rowwise in (False, True):
-        for stochastic in (False, True):
-          layout = dict(slot_dtype=slot_dtype, rowwise_second_moment=rowwise,
-                        stochastic_rounding=stochastic, seed=1234, step=3)
-          for num_rows, dim, n, kind in CASES:
-            name = (f"light lazy_adam {dtype}/{slot_dtype} rowwise={rowwise} "
-                    f"stochastic={stochastic} {num_rows}x{dim} n={n} {kind}")
-            var = reference.random_values(rng, (num_rows, dim), dtype)
-            m = reference.random_values(rng, (num_rows, dim), slot_dtype, -0.01, 0.01)
-            v_shape = (num_rows,) if rowwise else (num_rows, dim)
-            v = reference.random_values(rng, v_shape, slot_dtype, 0, 1e-4)
-            grad = reference.random_values(rng, (n, dim), dtype, -1e-2, 1e-2)
-            idx = _indices(rng, n, num_rows, np.int64, kind)
-            want = reference.sparse_lazy_adam(var, m, v, grad, idx, dtype, **ADAM, **layout)
-            got = backend.lazy_adam(dtype, var, m, v, grad, idx, ADAM, layout)
-            report.check(got[3][0] == -1, name + " no index error", str(got[3]))
-            for what, g, w in zip(("var", "m", "v"), got[:3], want):
-              report.check(
-                  np.array_equal(np.asarray(g).view(np.uint8),
-                                 np.asarray(w).view(np.uint8)), f"{name} {what} exact",
-                  f"{int(np.sum(np.asarray(g) != np.asarray(w)))} elements differ")
+  """Light slots (ops ResourceSparseApplyLazyAdamV2 and, with the weight decay, ...WV2): every
+  table/slot dtype pair, row-wise v or not, rounded stochastically or to nearest, bit for bit
+  against the reference (the CPU kernels are held to it in tests/ops/test_light_state_op.py and
+  tests/ops/test_lazy_adam_weight_decay.py)."""
+  for hyper in (ADAM, ADAMW):
+    for dtype in LIGHT_DTYPES:
+      for slot_dtype in LIGHT_DTYPES:
+        for rowwise in (False, True):
+          for stochastic in (False, True):
+            layout = dict(slot_dtype=slot_dtype, rowwise_second_moment=rowwise,
+                          stochastic_rounding=stochastic, seed=1234, step=3)
+            for num_rows, dim, n, kind in CASES:
+              name = (f"light {_adam_name(hyper)} {dtype}/{slot_dtype} rowwise={rowwise} "
+                      f"stochastic={stochastic} {num_rows}x{dim} n={n} {kind}")
+              var = reference.random_values(rng, (num_rows, dim), dtype)
+              m = reference.random_values(rng, (num_rows, dim), slot_dtype, -0.01, 0.01)
+              v_shape = (num_rows,) if rowwise else (num_rows, dim)
+              v = reference.random_values(rng, v_shape, slot_dtype, 0, 1e-4)
+              grad = reference.random_values(rng, (n, dim), dtype, -1e-2, 1e-2)
+              idx = _indices(rng, n, num_rows, np.int64, kind)
+              want = reference.sparse_lazy_adam(var, m, v, grad, idx, dtype, **hyper, **layout)
+              got = backend.lazy_adam(dtype, var, m, v, grad, idx, hyper, layout)
+              report.check(got[3][0] == -1, name + " no index error", str(got[3]))
+              for what, g, w in zip(("var", "m", "v"), got[:3], want):
+                report.check(
+                    np.array_equal(np.asarray(g).view(np.uint8),
+                                   np.asarray(w).view(np.uint8)), f"{name} {what} exact",
+                    f"{int(np.sum(np.asarray(g) != np.asarray(w)))} elements differ")
 
 
 def check_bad_indices(backend, report, rng):
@@ -517,11 +535,12 @@ def check_bad_indices(backend, report, rng):
           idx[n - 1] = -3  # a later bad index: the first one is reported
         first, want_value = bad_at, int(idx[bad_at])
         name = f"bad index {dtype} {index_dtype.__name__} idx[{bad_at}]={bad_value}"
-        got = backend.lazy_adam(dtype, var, m, v, grad, idx, ADAM)
-        report.check(got[3] == (first, want_value), name + " lazy_adam reported",
-                     f"got {got[3]}, want {(first, want_value)}")
-        report.check(all(np.array_equal(g, w) for g, w in zip(got[:3], (var, m, v))),
-                     name + " lazy_adam wrote nothing")
+        for hyper in (ADAM, ADAMW):  # nothing decayed either
+          got = backend.lazy_adam(dtype, var, m, v, grad, idx, hyper)
+          report.check(got[3] == (first, want_value), f"{name} {_adam_name(hyper)} reported",
+                       f"got {got[3]}, want {(first, want_value)}")
+          report.check(all(np.array_equal(g, w) for g, w in zip(got[:3], (var, m, v))),
+                       f"{name} {_adam_name(hyper)} wrote nothing")
         hyper = dict(CLIPPY, clip_accumulator_update=False, use_standard_accumulator_update=True)
         got = backend.clippy(dtype, var, accum, grad, idx, hyper)
         report.check(got[3] == (first, want_value), name + " clippy reported",
@@ -693,7 +712,8 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
   rng = np.random.default_rng(7)
   dtype, es = "float32", 4
   header = (f"  {'rows':>9} {'dim':>4} {'batch':>8} {'uniq':>8} | {'lazy ms':>8} {'GB/s':>6} "
-            f"{'%copy':>6} | {'clippy ms':>9} {'x adam':>6} | {'torch ms':>8} {'x ours':>6}")
+            f"{'%copy':>6} | {'decay ms':>8} {'x adam':>6} | {'clippy ms':>9} {'x adam':>6} | "
+            f"{'torch ms':>8} {'x ours':>6}")
   print(header)
   for size in sizes:
     num_rows, dim, n = size[:3]
@@ -720,6 +740,10 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
       lazy_ms = backend.timed(
           lambda: backend.lazy_adam_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
                                         d_m, d_v, ADAM, d_scratch, nbytes), iters)
+      # The W op: the same pass with each row decayed first.
+      decay_ms = backend.timed(
+          lambda: backend.lazy_adam_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
+                                        d_m, d_v, ADAMW, d_scratch, nbytes), iters)
       hyper = dict(CLIPPY, clip_accumulator_update=False, use_standard_accumulator_update=False)
       clippy_ms = backend.timed(
           lambda: backend.sparse_clippy_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
@@ -740,13 +764,15 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
         print(f"  torch.optim.SparseAdam failed ({type(e).__name__}: {e}); no comparison")
         torch = None
     row = dict(rows=num_rows, dim=dim, batch=n, kind=kind, unique=uniq, lazy_adam_ms=lazy_ms,
-               lazy_adam_GBps=bw / 1e9, fraction_of_copy=bw / copy_bw, clippy_sparse_ms=clippy_ms,
+               lazy_adam_GBps=bw / 1e9, fraction_of_copy=bw / copy_bw, lazy_adam_w_ms=decay_ms,
+               lazy_adam_w_over_adam=decay_ms / lazy_ms, clippy_sparse_ms=clippy_ms,
                clippy_over_adam=clippy_ms / lazy_ms, torch_sparse_adam_ms=torch_ms)
     report.results["bench"].append(row)
     t = f"{torch_ms:8.3f} {torch_ms / lazy_ms:6.2f}" if torch_ms else f"{'-':>8} {'-':>6}"
     print(
         f"  {num_rows:>9} {dim:>4} {n:>8} {uniq:>8} | {lazy_ms:8.3f} {bw / 1e9:6.0f} "
-        f"{100 * bw / copy_bw:5.0f}% | {clippy_ms:9.3f} {clippy_ms / lazy_ms:6.2f} | {t}"
+        f"{100 * bw / copy_bw:5.0f}% | {decay_ms:8.3f} {decay_ms / lazy_ms:6.2f} | "
+        f"{clippy_ms:9.3f} {clippy_ms / lazy_ms:6.2f} | {t}"
         f"{'  (zipf 1.2 rows)' if kind == 'zipf' else ''}", flush=True)
 
 

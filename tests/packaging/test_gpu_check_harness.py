@@ -9,6 +9,7 @@ table and targets) so the first run on a GPU fails only if the kernels do.
 
 import ctypes
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,7 @@ class FakeLib:
   def __init__(self, free_bytes=4 << 30):
     self.buffers = {}
     self.free_bytes = free_bytes
+    self.weight_decays = []  # the weight decay of each lazy Adam call given one
     names = [n for n in dir(self) if n.startswith("_tfo_")]
     for n in names:
       method = getattr(self, n)
@@ -124,9 +126,13 @@ class FakeLib:
     return idx, bad.size == 0
 
   def _tfo_sparse_lazy_adam(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_m, d_v,
-                            lr, beta1, beta2, eps, b1p, b2p, slot_dtype, rowwise, stochastic, seed,
-                            step, scratch, sbytes, bad_pos, bad_idx):
+                            lr, beta1, beta2, eps, b1p, b2p, weight_decay, slot_dtype, rowwise,
+                            stochastic, seed, step, scratch, sbytes, bad_pos, bad_idx):
     dt, st = DTYPES[dtype], DTYPES[slot_dtype]
+    # const double*: null (None) for the ops without decay, else ctypes.byref(c_double).
+    weight_decay = None if weight_decay is None else _ref(weight_decay).value
+    if weight_decay is not None:
+      self.weight_decays.append(weight_decay)
     idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
     if not ok:
       return 0
@@ -141,7 +147,8 @@ class FakeLib:
     out = reference.sparse_lazy_adam(*views, grad, idx, dt, lr=lr, beta1=beta1, beta2=beta2,
                                      epsilon=eps, beta1_power=b1p, beta2_power=b2p, slot_dtype=st,
                                      rowwise_second_moment=bool(rowwise),
-                                     stochastic_rounding=bool(stochastic), seed=seed, step=step)
+                                     stochastic_rounding=bool(stochastic), seed=seed, step=step,
+                                     weight_decay=weight_decay)
     for view, new in zip(views, out):
       view[...] = new
     return 0
@@ -215,8 +222,37 @@ def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   assert "gpu_check: PASSED" in printed
   assert "64-bit offsets lazy_adam var" in out_json.read_text()
   assert "light lazy_adam float32/bfloat16 rowwise=True stochastic=True" in out_json.read_text()
+  results = json.loads(out_json.read_text())
+  names = [c["name"] for c in results["checks"]]
+  for case in ("lazy_adam_w float32 int32 50x7 n=80 uniform var",
+               "lazy_adam_w float32 int64 200x16 n=3000 heavy var",
+               "light lazy_adam_w bfloat16/float32 rowwise=True stochastic=True 50x7 n=80 uniform "
+               "var exact", "bad index float32 int64 idx[0]=40 lazy_adam_w wrote nothing"):
+    assert case in names, case
+  assert set(fake.weight_decays) == {gpu_check.ADAMW["weight_decay"]}
+  assert all(r["lazy_adam_w_ms"] > 0 for r in results["bench"]), results["bench"]
   assert "target" in printed and out_json.exists()
   assert not fake.buffers, "the harness leaked device buffers"
+
+
+class NoDecayFakeLib(FakeLib):
+  """Kernels that ignore the W ops' weight decay."""
+
+  def _tfo_sparse_lazy_adam(self, *args):
+    args = list(args)
+    args[16] = None  # weight_decay
+    return super()._tfo_sparse_lazy_adam(*args)
+
+
+def test_lazy_adam_check_fails_kernels_that_skip_the_weight_decay(monkeypatch):
+  fake = NoDecayFakeLib()
+  monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path, mode=0: fake)
+  backend = gpu_check.CudaBackend("fake.so")
+  report = gpu_check.Report()
+  gpu_check.check_lazy_adam(backend, report, np.random.default_rng(0))
+  failed = {f.split(":")[0] for f in report.failures}
+  assert "lazy_adam_w float32 int64 1000x128 n=700 uniform var" in failed, failed
+  assert all(f.startswith("lazy_adam_w ") and f.endswith(" var") for f in failed), failed
 
 
 def test_gpu_check_loads_the_reference_without_tensorflow():
