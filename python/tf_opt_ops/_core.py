@@ -700,7 +700,7 @@ def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking
 def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
                    use_standard_accumulator_update, clipping_factor=None, use_locking=False,
-                   indices=None, scale=None, on_mesh=False, light=None):
+                   indices=None, scale=None, on_mesh=False, light=None, weight_decay=None):
   """Clippy Adagrad on `var` with accumulator `accum`; returns the scale.
 
   The math is the op's (`ops.clippy_adagrad`). A sparse `grad`
@@ -712,6 +712,10 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   scale's minimum is then a reduction over the mesh). `light`: the accumulator
   options of op ResourceApplyClippyAdagradV2 (`accumulator_dtype`,
   `stochastic_rounding`, `seed`, `step`) when the accumulator is light.
+  `weight_decay` (None: none): stock Keras' decoupled decay before the update
+  (`decay_weights`), of the rows a sparse `grad` names (all rows of a dense
+  one); the scale is that of the decayed values. Fused into the sparse op's
+  passes where that op runs with its own scale; decayed first otherwise.
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
   grad, indices, dtype = _split_gradient(var, grad, indices)
@@ -724,7 +728,17 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
                 absolute_threshold=absolute_threshold)
   flags = dict(clip_accumulator_update=bool(clip_accumulator_update),
                use_standard_accumulator_update=bool(use_standard_accumulator_update))
-  if on_mesh or xla_fallback("ClippyAdagrad", var):
+  fallback = on_mesh or xla_fallback("ClippyAdagrad", var)
+  if weight_decay is not None:
+    # A given scale was computed from the decayed values before the op: decay first.
+    if indices is None or scale is not None or fallback:
+      decay_weights(var, grad if indices is None else tf.IndexedSlices(grad, indices), lr,
+                    weight_decay)
+      weight_decay = None
+    else:
+      # Rounded to the variable's dtype as decay_weights rounds it, so the op's decay is its.
+      weight_decay = tf.cast(tf.cast(weight_decay, dtype), scalar_dtype(dtype))
+  if fallback:
     return _assign_factor(
         clipping_factor,
         _standard_ops.clippy_adagrad(var, accum, grad, indices, **hypers, **flags, scale=scale,
@@ -734,7 +748,8 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
     grad, hypers, flags = _with_given_scale(grad, scale, hypers, flags)
   if indices is not None:
     op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
-                                         **hypers, **flags, **(light or {}))
+                                         weight_decay=weight_decay, **hypers, **flags,
+                                         **(light or {}))
   else:
     op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags,
                                   **(light or {}))
@@ -924,13 +939,14 @@ class ClippyAdagradMixin:
     return grads_and_vars
 
   def _clippy_apply(self, grad, var, accum, clipping_factor, lr, step, use_locking=False,
-                    indices=None, key=None, on_mesh=False):
-    """`step`: the 1-based step, which keys a light accumulator's rounding noise."""
+                    indices=None, key=None, on_mesh=False, weight_decay=None):
+    """`step`: the 1-based step, which keys a light accumulator's rounding noise;
+    `weight_decay`: the base class's decay of `var` (`clippy_adagrad`'s)."""
     scale = self._step_scales.scales.get(key) if key is not None else None
     return clippy_adagrad(var, accum, grad, lr=lr, clipping_factor=clipping_factor,
-                          use_locking=use_locking, indices=indices, scale=scale,
-                          on_mesh=on_mesh, light=self._light_accumulator_options(var, step),
-                          **self._clippy_options())
+                          use_locking=use_locking, indices=indices, scale=scale, on_mesh=on_mesh,
+                          light=self._light_accumulator_options(var, step),
+                          weight_decay=weight_decay, **self._clippy_options())
 
 
 # The class docstrings every flavor shares; each formula is stated once, in its op's doc.

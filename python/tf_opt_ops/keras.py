@@ -235,7 +235,7 @@ class _Keras3Mixin:
 
   def _apply_weight_decay(self, variables):
     # Each variable is decayed in its update step, where its gradient says which rows (the
-    # lazy Adam op's weight decay, `_decay` before Clippy's op).
+    # weight decay of the lazy Adam and Clippy ops, `_weight_decay_of`).
     return
 
   def _weight_decay_of(self, variable):
@@ -246,12 +246,6 @@ class _Keras3Mixin:
     # The model variable (update_step gets the tf.Variable it wraps): exclusions name it.
     model_variable = self._trainable_variables[self._get_variable_index(variable)]
     return self.weight_decay if self._use_weight_decay(model_variable) else None
-
-  def _decay(self, gradient, variable, learning_rate):
-    """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
-    weight_decay = self._weight_decay_of(variable)
-    if weight_decay is not None:
-      _core.decay_weights(_tf_variable(variable), gradient, learning_rate, weight_decay)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -338,9 +332,10 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Opt
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
 
     def update():
-      self._decay(gradient, variable, learning_rate)
-      return self._clippy_apply(gradient, variable, self._accumulators[index], factor,
-                                learning_rate, step=self.iterations + 1)
+      # The op decays the rows it updates, in the same passes.
+      return self._clippy_apply(gradient, _tf_variable(variable), self._accumulators[index], factor,
+                                learning_rate, step=self.iterations + 1,
+                                weight_decay=self._weight_decay_of(variable))
 
     self._with_moving_average(gradient, variable, update)
 

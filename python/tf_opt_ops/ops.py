@@ -31,6 +31,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradV2",
+    "TfOptOps>ResourceSparseApplyClippyAdagradW",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
     "TfOptOps>ResourceSparseApplyLazyMovingAverage",
 )
@@ -115,14 +117,24 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           absolute_threshold=1e-7, clip_accumulator_update=False,
                           use_standard_accumulator_update=False, use_locking=False,
                           accumulator_dtype=None, stochastic_rounding=False, seed=0, step=0,
-                          name=None):
+                          weight_decay=None, name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only (op
   `TfOptOps>ResourceSparseApplyClippyAdagrad`, or its V2 for the accumulator
   options of `clippy_adagrad`); the scale is the minimum over those rows.
   Returns the scale.
+
+  `weight_decay` (None: no decay): Keras' decoupled weight decay, `var -= var *
+  weight_decay * lr` in `var`'s dtype, on each row `indices` names, once, before
+  its update, whose scale then reads the decayed rows (op
+  `TfOptOps>ResourceSparseApplyClippyAdagradW`, or `...WV2` for a light
+  accumulator).
   """
+  grad = tf.convert_to_tensor(grad)
+  decay = {}
+  if weight_decay is not None:
+    decay = dict(weight_decay=_scalar(weight_decay, scalar_dtype(grad.dtype)))
   return _apply_clippy(
       "resource_sparse_apply_clippy_adagrad", var, accum, grad,
       dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
@@ -131,13 +143,14 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
       dict(accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding, seed=seed,
            step=step), indices=indices, clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
-      name=name)
+      name=name, **decay)
 
 
 def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_and_attrs):
-  """Runs Clippy op `op_name` (or its V2, for a light accumulator) with the hyperparameters as
-  scalars of the kernels' dtype."""
+  """Runs Clippy op `op_name` (or its V2, for a light accumulator; the W op of either with a
+  `weight_decay` input) with the hyperparameters as scalars of the kernels' dtype."""
   grad = tf.convert_to_tensor(grad)
+  decays = "weight_decay" in inputs_and_attrs
   accumulator_dtype = tf.as_dtype(light["accumulator_dtype"] or _value_dtype(accum, grad))
   library = load_library()
   inputs = dict(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
@@ -146,12 +159,11 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
   # the mismatch).
   if not light["stochastic_rounding"] and (accumulator_dtype == grad.dtype or accumulator_dtype
                                            not in _LIGHT_TYPES or grad.dtype not in _LIGHT_TYPES):
-    return getattr(library, f"tf_opt_ops_{op_name}")(**inputs)
+    return getattr(library, f"tf_opt_ops_{op_name}{'_w' if decays else ''}")(**inputs)
   return getattr(library,
-                 f"tf_opt_ops_{op_name}_v2")(**inputs, step=tf.cast(light["step"], tf.int64),
-                                             Taccum=accumulator_dtype,
-                                             stochastic_rounding=bool(light["stochastic_rounding"]),
-                                             seed=light["seed"])
+                 f"tf_opt_ops_{op_name}{'_wv2' if decays else '_v2'}")(**inputs, step=tf.cast(
+                     light["step"], tf.int64), Taccum=accumulator_dtype, stochastic_rounding=bool(
+                         light["stochastic_rounding"]), seed=light["seed"])
 
 
 # The op's attr weight_decay_mode by name, and by FBGEMM's WeightDecayMode number.

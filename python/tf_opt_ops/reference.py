@@ -196,6 +196,14 @@ def row_mean_square(g):
   return lanes[:, 0] / g.dtype.type(n)
 
 
+def decayed_weight(w, weight_decay, lr, dtype):
+  """DecayedWeight: w (compute type) - w * weight_decay * lr, every value and operation
+  rounded to `dtype` (stock Keras' decoupled decay in the variable's dtype)."""
+  C = compute_type(dtype)
+  wd, decay_lr = _round_to(C(weight_decay), dtype), _round_to(C(lr), dtype)
+  return _round_to(w - _round_to(_round_to(w * wd, dtype) * decay_lr, dtype), dtype)
+
+
 def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsilon, beta1_power,
                      beta2_power, slot_dtype=None, rowwise_second_moment=False,
                      stochastic_rounding=False, seed=0, step=0, weight_decay=None):
@@ -217,10 +225,7 @@ def sparse_lazy_adam(var, m, v, grad, indices, dtype, *, lr, beta1, beta2, epsil
   s = adam_step(dtype, lr, beta1, beta2, epsilon, beta1_power, beta2_power)
   rows, g = summed_rows(grad, indices, dtype)
   if weight_decay is not None:
-    C = compute_type(dtype)
-    w = load(var2[rows], dtype)
-    wd, decay_lr = _round_to(C(weight_decay), dtype), _round_to(C(lr), dtype)
-    var2[rows] = store(w - _round_to(_round_to(w * wd, dtype) * decay_lr, dtype), dtype)
+    var2[rows] = store(decayed_weight(load(var2[rows], dtype), weight_decay, lr, dtype), dtype)
   keys = dict(seed=seed, step=step)
   m_keys, v_keys = (slot_row_keys(rows, slot=k, **keys) for k in (0, 1))
   columns = np.arange(dim)
@@ -310,15 +315,22 @@ def clippy_adagrad(var, accum, grad, dtype, **hyper):
   return (store(new_var, dtype).reshape(var.shape), new_accum.reshape(accum.shape), scale)
 
 
-def sparse_clippy_adagrad(var, accum, grad, indices, dtype, **hyper):
-  """Sparse Clippy Adagrad on the distinct rows of `indices`: (var, accum, scale)."""
+def sparse_clippy_adagrad(var, accum, grad, indices, dtype, weight_decay=None, **hyper):
+  """Sparse Clippy Adagrad on the distinct rows of `indices`: (var, accum, scale).
+
+  A `weight_decay` (a number; None: none) first decays each distinct row
+  once (`decayed_weight`, with the op's lr); both passes, the scale's
+  included, then read the decayed rows.
+  """
   var, accum = _stored_copy(var), _stored_copy(accum)
   dim = var.size // var.shape[0] if var.shape[0] else 0
   var2, accum2 = var.reshape(-1, dim), accum.reshape(-1, dim)
   rows, g = summed_rows(grad, indices, dtype)
   elements = rows[:, None] * dim + np.arange(dim)[None, :]
-  new_var, new_accum, scale = _clippy(load(var2[rows], dtype), accum2[rows], g, dtype,
-                                      elements=elements, **hyper)
+  w = load(var2[rows], dtype)
+  if weight_decay is not None:
+    w = decayed_weight(w, weight_decay, hyper.get("lr", 0.001), dtype)
+  new_var, new_accum, scale = _clippy(w, accum2[rows], g, dtype, elements=elements, **hyper)
   var2[rows] = store(new_var, dtype)
   accum2[rows] = new_accum
   return var, accum, scale

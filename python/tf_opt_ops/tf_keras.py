@@ -64,7 +64,7 @@ class _TfKerasMixin:
     if _core.is_zero(self.weight_decay):
       return
     # Each variable is decayed in its update step, where its gradient says which rows (the
-    # lazy Adam op's weight decay, `_decay` before Clippy's op), but under DTensor and for
+    # weight decay of the lazy Adam and Clippy ops, `_weight_decay_of`), but under DTensor and for
     # shards of a sharded variable (whose Clippy scale is computed before the update steps,
     # from the decayed values).
     super()._apply_weight_decay([v for v in variables if self._decays_whole(v)])
@@ -78,12 +78,6 @@ class _TfKerasMixin:
     if _core.is_zero(self.weight_decay) or self._decays_whole(variable):
       return None
     return self.weight_decay if self._use_weight_decay(variable) else None
-
-  def _decay(self, gradient, variable):
-    """The base class's weight decay of `variable`, on the rows a sparse `gradient` names."""
-    weight_decay = self._weight_decay_of(variable)
-    if weight_decay is not None:
-      _core.decay_weights(variable, gradient, self.learning_rate, weight_decay)
 
   def build(self, var_list):
     """Checks a checkpoint restored before building, then builds the state (`_build_state`)
@@ -388,10 +382,11 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _TfKerasMixin, keras2.optimizers.O
     factor = self._factor_of[key] if self.export_clipping_factors else None
 
     def update():
-      self._decay(gradient, variable)
+      # The op decays the rows it updates, in the same passes.
       return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)],
                                 factor, self.learning_rate, key=key, on_mesh=self._on_mesh,
-                                step=self.iterations + 1)
+                                step=self.iterations + 1,
+                                weight_decay=self._weight_decay_of(variable))
 
     return self._with_moving_average(gradient, variable, update)
 

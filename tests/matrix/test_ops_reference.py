@@ -124,7 +124,8 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyClippyAdagrad", "TfOptOps>ResourceSparseApplyLazyAdamV2",
       "TfOptOps>ResourceApplyClippyAdagradV2", "TfOptOps>ResourceSparseApplyClippyAdagradV2",
       "TfOptOps>ResourceSparseApplyRowwiseAdagrad", "TfOptOps>ResourceSparseApplyLazyMovingAverage",
-      "TfOptOps>ResourceSparseApplyLazyAdamW", "TfOptOps>ResourceSparseApplyLazyAdamWV2"
+      "TfOptOps>ResourceSparseApplyLazyAdamW", "TfOptOps>ResourceSparseApplyLazyAdamWV2",
+      "TfOptOps>ResourceSparseApplyClippyAdagradW", "TfOptOps>ResourceSparseApplyClippyAdagradWV2"
   }
 
   @tf.function

@@ -27,6 +27,9 @@ CLIPPY = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.1,
 ROWWISE = dict(lr=0.05, epsilon=1e-8, weight_decay=0.01)
 # Lazy Adam's fused weight decay (the W ops): every Adam case runs without and with it.
 ADAM_WEIGHT_DECAYS = {"": None, "wd_": 0.3}
+# Sparse Clippy's fused weight decay (the W ops): every sparse Clippy case runs without and with it.
+CLIPPY_WEIGHT_DECAYS = ADAM_WEIGHT_DECAYS
+
 # (slot dtype, stochastic rounding) of the float32-table cases also run inside XLA.
 XLA_LAYOUTS = (("float32", False), ("bfloat16", True), ("float16", False))
 PYTHON_DIR = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "python")
@@ -79,6 +82,15 @@ def clippy_cases():
       name = f"clippy_{kind}_{t}_{a}_sr{int(stochastic)}_std{int(standard)}"
       cases.append((name, sparse, t, a, stochastic, standard, not standard))
   return cases
+
+
+def clippy_decay_cases():
+  """(name prefix, weight decay or None, clippy case): the Clippy cases, the sparse ones also
+  with the fused weight decay."""
+  return [(prefix, decay, case)
+          for (prefix,
+               decay), case in itertools.product(CLIPPY_WEIGHT_DECAYS.items(), clippy_cases())
+          if decay is None or case[1]]
 
 
 def rowwise_cases():
@@ -213,15 +225,16 @@ def worker(out_path):
               adam_state(rng, reference, "float32", s, False), ("float32", s, s),
               grads(rng, reference, "float32"), INDICES, jit_compile=True, slot_dtype=s,
               stochastic_rounding=stochastic, seed=1234)
-  for name, sparse, t, a, stochastic, standard, clip in clippy_cases():
+  for prefix, decay, (name, sparse, t, a, stochastic, standard, clip) in clippy_decay_cases():
     rng = np.random.default_rng(2)
     state = clippy_state(rng, reference, t, a)
     grad_list = grads(rng, reference, t) if sparse else [
         reference.random_values(rng, (ROWS, DIM), t, -0.5, 0.5) for _ in INDICES
     ]
-    clippy(name, sparse, state, (t, a), grad_list, INDICES, accumulator_dtype=a,
+    clippy(prefix + name, sparse, state, (t, a), grad_list, INDICES, accumulator_dtype=a,
            stochastic_rounding=stochastic, use_standard_accumulator_update=standard,
-           clip_accumulator_update=clip, **CLIPPY)
+           clip_accumulator_update=clip, **CLIPPY,
+           **({} if decay is None else dict(weight_decay=decay)))
   for name, op, t, s, rows, dim, rowwise, stochastic, seed in fuzz_cases():
     rng = np.random.default_rng(seed)
     indices = [rng.integers(0, rows, rng.integers(1, 2 * rows + 1)) for _ in range(2)]
@@ -347,7 +360,7 @@ def test_every_level_matches_the_reference(outputs):
     if not prefix and t == "float32" and not rowwise and (s, stochastic) in XLA_LAYOUTS:
       xla = f"xla_adam_float32_{s}_sr{int(stochastic)}"
       expected.update({f"{xla}/var": var, f"{xla}/m": m, f"{xla}/v": v})
-  for name, sparse, t, a, stochastic, standard, clip in clippy_cases():
+  for prefix, decay, (name, sparse, t, a, stochastic, standard, clip) in clippy_decay_cases():
     rng = np.random.default_rng(2)
     var, accum = clippy_state(rng, reference, t, a)
     grad_list = grads(rng, reference, t) if sparse else [
@@ -359,11 +372,11 @@ def test_every_level_matches_the_reference(outputs):
                    step=step)
       if sparse:
         var, accum, scale = reference.sparse_clippy_adagrad(var, accum, g, np.asarray(i), t,
-                                                            **hyper)
+                                                            weight_decay=decay, **hyper)
       else:
         var, accum, scale = reference.clippy_adagrad(var, accum, g, t, **hyper)
-      expected[f"{name}/scale{step}"] = np.asarray(scale, reference.compute_type(t))
-    expected.update({f"{name}/var": var, f"{name}/accum": accum})
+      expected[f"{prefix}{name}/scale{step}"] = np.asarray(scale, reference.compute_type(t))
+    expected.update({f"{prefix}{name}/var": var, f"{prefix}{name}/accum": accum})
   for name, t, mode, _ in rowwise_cases():
     if t not in ("float32", "float64"):
       continue  # 16-bit tables: compared across levels (test_levels_give_the_same_bits)

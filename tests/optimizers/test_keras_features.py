@@ -27,8 +27,11 @@ SPARSE_OPS = {
     "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdam",
     "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagrad",
 }
-# With weight decay: LazyAdam's decay is fused into its W op; ClippyAdagrad's is a scatter before.
-SPARSE_DECAY_OPS = dict(SPARSE_OPS, LazyAdam="TfOptOps>ResourceSparseApplyLazyAdamW")
+# With weight decay: the decay is fused into the sparse op's W op.
+SPARSE_DECAY_OPS = {
+    "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamW",
+    "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagradW",
+}
 # What turns an IndexedSlices into a dense tensor (tf.convert_to_tensor of one).
 DENSIFYING_OPS = {"UnsortedSegmentSum", "ScatterNd"}
 OPTIONS = dict(learning_rate=0.05)
@@ -336,8 +339,8 @@ def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mo
     _assert_lazy_update(table, table_ref, before, indices)
   if mode == "function":
     types = _assert_graph_stays_sparse(step, opt_name, _batches()[0], SPARSE_DECAY_OPS)
-    if opt_name == "LazyAdam":  # the decay is fused: no scatter of decayed rows before the op
-      assert "ResourceScatterUpdate" not in types, sorted(types)
+    # The decay is fused: no scatter of decayed rows before the op.
+    assert "ResourceScatterUpdate" not in types, sorted(types)
 
 
 # ----------------------------------------------------------------------------- EMA

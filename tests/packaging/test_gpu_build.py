@@ -98,6 +98,9 @@ OPS = {
     "TfOptOps>ResourceSparseApplyClippyAdagrad": (
         ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
          "absolute_threshold"), True),
+    "TfOptOps>ResourceSparseApplyClippyAdagradW": (
+        ("lr", "epsilon", "variable_relative_threshold", "accumulator_relative_threshold",
+         "absolute_threshold", "weight_decay"), True),
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad": (("lr", "epsilon", "weight_decay"), True),
     "TfOptOps>ResourceSparseApplyLazyMovingAverage": (("count", "ema_momentum"), True),
 }

@@ -396,10 +396,10 @@ TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
 // correctly rounded T result), so the decayed row is the one Keras' own
 // arithmetic in T gives.
 template <typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C DecayedWeight(C w, const AdamStep<C>& s) {
-  const C weight_decay = RoundTo<T, C>(s.weight_decay);
-  const C lr = RoundTo<T, C>(s.decay_lr);
-  return RoundTo<T, C>(w - RoundTo<T, C>(RoundTo<T, C>(w * weight_decay) * lr));
+TF_OPT_OPS_HOST_DEVICE C DecayedWeight(C w, C weight_decay, C lr) {
+  const C decay = RoundTo<T, C>(weight_decay);
+  const C rate = RoundTo<T, C>(lr);
+  return RoundTo<T, C>(w - RoundTo<T, C>(RoundTo<T, C>(w * decay) * rate));
 }
 
 // The weight an update reads: decayed first with kDecay (s.decays).
@@ -407,16 +407,17 @@ template <bool kDecay, typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE C UpdatedWeight(const T* var, const AdamStep<C>& s) {
   const C w = Load<C>(*var);
   if constexpr (kDecay) {
-    return DecayedWeight<T, C>(w, s);
+    return DecayedWeight<T, C>(w, s.weight_decay, s.decay_lr);
   } else {
     return w;
   }
 }
 
-// Calls f(std::integral_constant<bool, decays>{}): row loops branch on the
-// decay once per row, not per element, so that each loop vectorizes.
-template <typename C, typename F>
-TF_OPT_OPS_HOST_DEVICE void WithDecay(const AdamStep<C>& s, F&& f) {
+// Calls f(std::integral_constant<bool, decays>{}) for a step `s` with the
+// flag `decays` (AdamStep, ClippyStep): row loops branch on the decay once
+// per row, not per element, so that each loop vectorizes.
+template <typename Step, typename F>
+TF_OPT_OPS_HOST_DEVICE void WithDecay(const Step& s, F&& f) {
   if (s.decays) {
     f(std::true_type{});
   } else {
@@ -595,7 +596,10 @@ TF_OPT_OPS_HOST_DEVICE void MovingAverageRow(T* TF_OPT_OPS_RESTRICT average,
 // doc): the first finds the per-variable clipping scale (a min-reduction),
 // the second applies the scaled update. The accumulator has type A: the
 // table's type T, or for ResourceApplyClippyAdagradV2 its own (Taccum),
-// optionally rounded stochastically when stored.
+// optionally rounded stochastically when stored. With `decays` (the sparse
+// W ops), each touched element's weight is first decayed (decoupled weight
+// decay, DecayedWeight, by weight_decay and the op's lr), and both passes
+// read the decayed weight: pass 1's |var| and pass 2's update.
 template <typename C>
 struct ClippyStep {
   C lr;
@@ -609,6 +613,8 @@ struct ClippyStep {
   // element e being ClippyNoise(noise_key, e).
   bool stochastic_rounding = false;
   uint32_t noise_key = 0;
+  bool decays = false;
+  C weight_decay = C(0);
 };
 
 // The one conversion of ClippyStep between compute types (as CastStep above).
@@ -622,7 +628,9 @@ TF_OPT_OPS_HOST_DEVICE ClippyStep<To> CastStep(const ClippyStep<From>& s) {
                         s.clip_accumulator_update,
                         s.use_standard_accumulator_update,
                         s.stochastic_rounding,
-                        s.noise_key};
+                        s.noise_key,
+                        s.decays,
+                        static_cast<To>(s.weight_decay)};
 }
 
 // Clippy's accumulator noise: one key per step (slot 2 of SlotRowKey's
@@ -657,12 +665,25 @@ TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
   return b < a ? b : a;
 }
 
+// The weight both passes read: with kDecay (= s.decays) the decayed one,
+// which pass 2 stores updated. Pass 1 does not store it: the values are those
+// of decaying the rows first and then running the op, with one write.
+template <bool kDecay, typename T, typename C>
+TF_OPT_OPS_HOST_DEVICE C ClippyWeight(const T* var, const ClippyStep<C>& s) {
+  const C w = Load<C>(*var);
+  if constexpr (kDecay) {
+    return DecayedWeight<T, C>(w, s.weight_decay, s.lr);
+  } else {
+    return w;
+  }
+}
+
 // Pass 1 for one element (flat index e), up to the ratio: sets max_delta and
 // |delta|. With the standard accumulator update the accumulator is
 // incremented here (before the step), so pass 2 must not add g^2 again. The
 // flags are template parameters (= s.use_standard_accumulator_update,
-// s.stochastic_rounding) so the conditional store leaves the loop.
-template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename C>
+// s.stochastic_rounding, s.decays) so the conditional store leaves the loop.
+template <bool kStandardUpdate, bool kStochastic, bool kDecay, typename T, typename A, typename C>
 TF_OPT_OPS_HOST_DEVICE void ClippyRatioTerms(const T* var, A* accum, C g, const ClippyStep<C>& s,
                                              int64_t e, C* max_delta, C* abs_delta) {
   C a = Load<C>(*accum);
@@ -672,7 +693,7 @@ TF_OPT_OPS_HOST_DEVICE void ClippyRatioTerms(const T* var, A* accum, C g, const 
   }
   const C p = C(1) / Sqrt<C>(a + s.epsilon);
   *abs_delta = Abs<C>(s.lr * g * p);
-  *max_delta = s.variable_relative_threshold * Abs<C>(Load<C>(*var)) +
+  *max_delta = s.variable_relative_threshold * Abs<C>(ClippyWeight<kDecay, T, C>(var, s)) +
                s.accumulator_relative_threshold * p + s.absolute_threshold;
 }
 
@@ -683,12 +704,12 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatio(C max_delta, C abs_delta) {
   return abs_delta == C(0) ? C(1) : ratio;
 }
 
-template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename C>
+template <bool kStandardUpdate, bool kStochastic, bool kDecay, typename T, typename A, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const ClippyStep<C>& s,
                                             int64_t e) {
   C max_delta, abs_delta;
-  ClippyRatioTerms<kStandardUpdate, kStochastic, T, A, C>(var, accum, g, s, e, &max_delta,
-                                                          &abs_delta);
+  ClippyRatioTerms<kStandardUpdate, kStochastic, kDecay, T, A, C>(var, accum, g, s, e, &max_delta,
+                                                                  &abs_delta);
   return ClippyRatio<C>(max_delta, abs_delta);
 }
 
@@ -696,14 +717,20 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const C
 template <typename T, typename A, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioElement(const T* var, A* accum, C g, const ClippyStep<C>& s,
                                             int64_t e) {
-  if (s.stochastic_rounding) {
-    return s.use_standard_accumulator_update
-               ? ClippyRatioElement<true, true, T, A, C>(var, accum, g, s, e)
-               : ClippyRatioElement<false, true, T, A, C>(var, accum, g, s, e);
-  }
-  return s.use_standard_accumulator_update
-             ? ClippyRatioElement<true, false, T, A, C>(var, accum, g, s, e)
-             : ClippyRatioElement<false, false, T, A, C>(var, accum, g, s, e);
+  C ratio;
+  WithDecay(s, [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    if (s.stochastic_rounding) {
+      ratio = s.use_standard_accumulator_update
+                  ? ClippyRatioElement<true, true, kDecay, T, A, C>(var, accum, g, s, e)
+                  : ClippyRatioElement<false, true, kDecay, T, A, C>(var, accum, g, s, e);
+    } else {
+      ratio = s.use_standard_accumulator_update
+                  ? ClippyRatioElement<true, false, kDecay, T, A, C>(var, accum, g, s, e)
+                  : ClippyRatioElement<false, false, kDecay, T, A, C>(var, accum, g, s, e);
+    }
+  });
+  return ratio;
 }
 
 // Final scale from the reduced minimum ratio: min(1, ratio), NaN kept.
@@ -713,7 +740,7 @@ TF_OPT_OPS_HOST_DEVICE C ClippyScale(C min_ratio) {
 }
 
 // Pass 2 for one element (flat index e), with the scale of the whole variable.
-template <bool kStochastic, typename T, typename A, typename C>
+template <bool kStochastic, bool kDecay, typename T, typename A, typename C>
 TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
                                                const ClippyStep<C>& s, int64_t e) {
   const C a = Load<C>(*accum);
@@ -723,18 +750,21 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
     const C g_acc = s.clip_accumulator_update ? g * scale : g;
     *accum = StoreAccum<kStochastic, A>(a + g_acc * g_acc, s, e);
   }
-  *var = Store<T>(Load<C>(*var) - delta * scale);
+  *var = Store<T>(ClippyWeight<kDecay, T, C>(var, s) - delta * scale);
 }
 
-// The same with the rounding read at run time (the GPU kernels' form).
+// The same with the rounding and the decay read at run time (the GPU kernels' form).
 template <typename T, typename A, typename C>
 TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
                                                const ClippyStep<C>& s, int64_t e) {
-  if (s.stochastic_rounding) {
-    ClippyApplyElement<true, T, A, C>(var, accum, g, scale, s, e);
-  } else {
-    ClippyApplyElement<false, T, A, C>(var, accum, g, scale, s, e);
-  }
+  WithDecay(s, [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    if (s.stochastic_rounding) {
+      ClippyApplyElement<true, kDecay, T, A, C>(var, accum, g, scale, s, e);
+    } else {
+      ClippyApplyElement<false, kDecay, T, A, C>(var, accum, g, scale, s, e);
+    }
+  });
 }
 
 // Pass 1 over `n` contiguous elements, the first of flat index `first`:
@@ -747,7 +777,8 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
 // with a masked store and reload, many times slower than pass 2.) The NaN
 // flag is kept apart, as NaN must win. Device code (which has no use for this
 // row loop) gets the plain loop alone.
-template <bool kStandardUpdate, bool kStochastic, typename T, typename A, typename G, typename C>
+template <bool kStandardUpdate, bool kStochastic, bool kDecay, typename T, typename A, typename G,
+          typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
                                             A* TF_OPT_OPS_RESTRICT accum,
                                             const G* TF_OPT_OPS_RESTRICT g, int64_t n,
@@ -764,9 +795,9 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
   for (; j + kLanes <= n; j += kLanes) {
     C max_delta[kLanes], abs_delta[kLanes];
     for (int l = 0; l < kLanes; ++l) {
-      ClippyRatioTerms<kStandardUpdate, kStochastic, T, A, C>(var + j + l, accum + j + l,
-                                                              Load<C>(g[j + l]), s, first + j + l,
-                                                              max_delta + l, abs_delta + l);
+      ClippyRatioTerms<kStandardUpdate, kStochastic, kDecay, T, A, C>(
+          var + j + l, accum + j + l, Load<C>(g[j + l]), s, first + j + l, max_delta + l,
+          abs_delta + l);
     }
     Lanes md, ad;
     __builtin_memcpy(&md, max_delta, sizeof(md));
@@ -781,7 +812,7 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
   }
 #endif
   for (; j < n; ++j) {
-    const C r = ClippyRatioElement<kStandardUpdate, kStochastic, T, A, C>(
+    const C r = ClippyRatioElement<kStandardUpdate, kStochastic, kDecay, T, A, C>(
         var + j, accum + j, Load<C>(g[j]), s, first + j);
     m = r < m ? r : m;
     nan = nan || r != r;
@@ -794,10 +825,16 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
                                         A* TF_OPT_OPS_RESTRICT accum,
                                         const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
                                         const ClippyStep<C>& s, C min_ratio) {
-  return s.use_standard_accumulator_update ? ClippyRatioRowImpl<true, kStochastic, T, A, G, C>(
-                                                 var, accum, g, n, first, s, min_ratio)
-                                           : ClippyRatioRowImpl<false, kStochastic, T, A, G, C>(
-                                                 var, accum, g, n, first, s, min_ratio);
+  C ratio;
+  WithDecay(s, [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    ratio = s.use_standard_accumulator_update
+                ? ClippyRatioRowImpl<true, kStochastic, kDecay, T, A, G, C>(var, accum, g, n, first,
+                                                                            s, min_ratio)
+                : ClippyRatioRowImpl<false, kStochastic, kDecay, T, A, G, C>(var, accum, g, n,
+                                                                             first, s, min_ratio);
+  });
+  return ratio;
 }
 
 // Pass 2 over `n` contiguous elements, the first of flat index `first`.
@@ -805,10 +842,13 @@ template <bool kStochastic, typename T, typename A, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
                                            C scale, const ClippyStep<C>& s) {
-  for (int64_t j = 0; j < n; ++j) {
-    ClippyApplyElement<kStochastic, T, A, C>(var + j, accum + j, Load<C>(g[j]), scale, s,
-                                             first + j);
-  }
+  WithDecay(s, [&](auto decay) {
+    constexpr bool kDecay = decltype(decay)::value;
+    for (int64_t j = 0; j < n; ++j) {
+      ClippyApplyElement<kStochastic, kDecay, T, A, C>(var + j, accum + j, Load<C>(g[j]), scale, s,
+                                                       first + j);
+    }
+  });
 }
 
 // ---------------------------------------------------------- row-wise Adagrad

@@ -8,6 +8,7 @@
 #include "tf_opt_ops/kernels/clippy_adagrad_kernels.h"
 
 #include <type_traits>
+#include <utility>
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
@@ -86,7 +87,8 @@ struct SparseApplyClippyAdagrad<GPUDevice, T, A, Tindex> {
 
 // One OpKernel for the dense and the sparse op, and their V2 (kLight: the
 // accumulator of type A = Taccum, its rounding from the attrs and the step
-// input): they differ in the gradient inputs only.
+// input): they differ in the gradient inputs only. The sparse kernels also
+// run the W ops, told apart by their weight decay input.
 template <typename Device, typename T, typename A, typename Tindex, bool kSparse, bool kLight>
 class ClippyAdagradOp : public tensorflow::OpKernel {
  public:
@@ -100,6 +102,7 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_rounding_));
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
     }
+    decays_ = kSparse && clippy_adagrad::HasWeightDecay(ctx->num_inputs(), kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -122,6 +125,12 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, StepInput(kSparse), "step", &t));
       step.stochastic_rounding = stochastic_rounding_;
       step.noise_key = ClippyNoiseKey(static_cast<uint64_t>(seed_), t);
+    }
+    if (decays_) {
+      C weight_decay;
+      OP_REQUIRES_OK(ctx,
+                     ReadScalar(ctx, WeightDecayInput(kLight), kWeightDecayName, &weight_decay));
+      step = WithWeightDecay(step, weight_decay);
     }
     const Tensor& grad = ctx->input(kGrad);
     Tensor* var = vars.tensor(kVar);
@@ -153,6 +162,7 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
   bool use_standard_accumulator_update_;
   bool stochastic_rounding_ = false;
   int64_t seed_ = 0;
+  bool decays_ = false;  // a W op: the weight decay is its last input
 };
 
 template <typename Device, typename T, typename A, typename Tindex, bool kSparse, bool kLight>
@@ -168,30 +178,44 @@ absl::Status ClippyAdagradOp<Device, T, A, Tindex, kSparse, kLight>::SetScaleToO
   return absl::OkStatus();
 }
 
-// The kernels of the ops `dense` and `sparse` on Device (the sparse one with
-// both index types); `constraints` adds the V2 ops' accumulator type. On
-// GPUs the hyperparameters (and a V2 op's step) are read from host memory.
-#define TF_OPT_OPS_CLIPPY_KERNEL(Device, name, kLight, T)                                        \
-  KernelOn(Name(name), !std::is_same_v<Device, CPUDevice>, clippy_adagrad::kHyperparameterNames, \
-           /*step=*/kLight)                                                                      \
+// KernelOn for the six ops: on GPUs the hyperparameters (and a V2 op's step,
+// and a W op's weight decay) are read from host memory.
+static ::tensorflow::KernelDefBuilder& ClippyKernelOn(::tensorflow::KernelDefBuilder&& name,
+                                                      bool gpu, bool step, bool decays) {
+  ::tensorflow::KernelDefBuilder& builder =
+      KernelOn(std::move(name), gpu, clippy_adagrad::kHyperparameterNames, step);
+  return gpu && decays ? builder.HostMemory(clippy_adagrad::kWeightDecayName) : builder;
+}
+
+// The kernels of the ops `dense`, `sparse` and `sparse_w` (the W op) on Device
+// (the sparse ones with both index types); `constraints` adds the V2 ops'
+// accumulator type.
+#define TF_OPT_OPS_CLIPPY_KERNEL(Device, name, kLight, decays, T)                         \
+  ClippyKernelOn(Name(name), !std::is_same_v<Device, CPUDevice>, /*step=*/kLight, decays) \
       .TypeConstraint<T>("T")
-#define TF_OPT_OPS_REGISTER_OPS(Device, dense, sparse, kLight, T, A, constraints)            \
-  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, dense, kLight, T) constraints, \
-                             ClippyAdagradOp<Device, T, A, int32_t, false, kLight>);         \
-  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, T)             \
-                                 constraints.TypeConstraint<int32_t>("Tindices"),            \
-                             ClippyAdagradOp<Device, T, A, int32_t, true, kLight>);          \
-  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, T)             \
-                                 constraints.TypeConstraint<int64_t>("Tindices"),            \
+#define TF_OPT_OPS_REGISTER_SPARSE(Device, sparse, kLight, decays, T, A, constraints)    \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, decays, T) \
+                                 constraints.TypeConstraint<int32_t>("Tindices"),        \
+                             ClippyAdagradOp<Device, T, A, int32_t, true, kLight>);      \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, decays, T) \
+                                 constraints.TypeConstraint<int64_t>("Tindices"),        \
                              ClippyAdagradOp<Device, T, A, int64_t, true, kLight>);
+#define TF_OPT_OPS_REGISTER_OPS(Device, dense, sparse, sparse_w, kLight, T, A, constraints) \
+  TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, dense, kLight, false, T)      \
+                                 constraints,                                               \
+                             ClippyAdagradOp<Device, T, A, int32_t, false, kLight>);        \
+  TF_OPT_OPS_REGISTER_SPARSE(Device, sparse, kLight, false, T, A, constraints)              \
+  TF_OPT_OPS_REGISTER_SPARSE(Device, sparse_w, kLight, true, T, A, constraints)
 // The ops for variables of half, bfloat16, float and double; the V2 ops for
 // tables and accumulators of half, bfloat16 and float.
 #define TF_OPT_OPS_REGISTER(Device, T)                                   \
   TF_OPT_OPS_REGISTER_OPS(Device, "TfOptOps>ResourceApplyClippyAdagrad", \
-                          "TfOptOps>ResourceSparseApplyClippyAdagrad", false, T, T, )
-#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, A)                                      \
-  TF_OPT_OPS_REGISTER_OPS(Device, "TfOptOps>ResourceApplyClippyAdagradV2",           \
-                          "TfOptOps>ResourceSparseApplyClippyAdagradV2", true, T, A, \
+                          "TfOptOps>ResourceSparseApplyClippyAdagrad",   \
+                          "TfOptOps>ResourceSparseApplyClippyAdagradW", false, T, T, )
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, A)                                       \
+  TF_OPT_OPS_REGISTER_OPS(Device, "TfOptOps>ResourceApplyClippyAdagradV2",            \
+                          "TfOptOps>ResourceSparseApplyClippyAdagradV2",              \
+                          "TfOptOps>ResourceSparseApplyClippyAdagradWV2", true, T, A, \
                           .TypeConstraint<A>("Taccum"))
 #define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T)          \
   TF_OPT_OPS_REGISTER_LIGHT(Device, T, Eigen::half)     \
@@ -215,6 +239,7 @@ TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
 #undef TF_OPT_OPS_REGISTER_LIGHT
 #undef TF_OPT_OPS_REGISTER
 #undef TF_OPT_OPS_REGISTER_OPS
+#undef TF_OPT_OPS_REGISTER_SPARSE
 #undef TF_OPT_OPS_CLIPPY_KERNEL
 
 }  // namespace tf_opt_ops

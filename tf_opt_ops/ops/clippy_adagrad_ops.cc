@@ -39,16 +39,17 @@ namespace tf_opt_ops {
   "stochastic_rounding: round a 16-bit accumulator stochastically (else to nearest even).\n" \
   "seed: keys the rounding noise, with step and the element.\n"
 
-// The shape function of the four ops: var and accum of one shape, scalar
-// hyperparameters (and step), the gradient of var's shape or, sparse, of its
-// rows; the scale a scalar.
-template <bool kSparse, bool kLight>
+// The shape function of the six ops: var and accum of one shape, scalar
+// hyperparameters (and step, and a W op's weight decay), the gradient of
+// var's shape or, sparse, of its rows; the scale a scalar.
+template <bool kSparse, bool kLight, bool kDecays = false>
 absl::Status ClippyShape(InferenceContext* c) {
   using namespace clippy_adagrad;  // NOLINT: the input names
   ShapeHandle var;
   TF_RETURN_IF_ERROR(MergeVariables(c, {kVar, kAccum}, &var));
   TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstHyperparameter, kNumHyperparameters));
   if (kLight) TF_RETURN_IF_ERROR(CheckScalarInputs(c, StepInput(kSparse), 1));
+  if (kDecays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, WeightDecayInput(kLight), 1));
   if (kSparse) {
     TF_RETURN_IF_ERROR(CheckSparseGrad(c, var, kGrad, kIndices));
   } else {
@@ -205,6 +206,55 @@ Tindices: the dtype of indices.
 Taccum: the dtype of accum.
 )doc" TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS
          R"doc(scale: the clipping scale applied to the touched rows, in [0, 1] (or NaN).
+)doc");
+
+// The W ops: the sparse updates with Keras' decoupled weight decay of the
+// touched rows fused into the row passes. Ops of their own, not an optional
+// input of the ops above, so that graphs and generated Python wrappers of
+// those ops stay as they are.
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradW")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Input("weight_decay: Tscalar")
+    .Attr("Tindices: {int32, int64}")
+    .SetShapeFn(ClippyShape</*kSparse=*/true, /*kLight=*/false, /*kDecays=*/true>)
+    .Doc(R"doc(
+ResourceSparseApplyClippyAdagrad with decoupled weight decay of the touched rows.
+
+For each distinct row i that indices names (once, however often it is
+named), before the update of ResourceSparseApplyClippyAdagrad (its doc
+states it), which then reads the decayed row in both passes (|var| in the
+bound max_d, so the scale is that of the decayed rows, and the update):
+
+    var[i] = var[i] - var[i] * weight_decay * lr
+
+This is Keras' decoupled weight decay of a variable, restricted to the rows
+the step updates; rows not named keep their values. It is computed as Keras
+computes it: weight_decay and lr rounded to T, and each operation (the two
+products, left to right, then the difference) rounded to T, as in
+ResourceSparseApplyLazyAdamW. The result is that of decaying the rows first
+and then running ResourceSparseApplyClippyAdagrad, bit for bit, with var
+written once. Inputs are validated as in ResourceSparseApplyClippyAdagrad;
+weight_decay must be a scalar.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs, attrs and the
+output are ResourceSparseApplyClippyAdagrad's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWV2")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Input("step: int64")
+    .Input("weight_decay: Tscalar")
+    .Attr("Tindices: {int32, int64}")
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS
+    .SetShapeFn(ClippyShape</*kSparse=*/true, /*kLight=*/true, /*kDecays=*/true>)
+    .Doc(R"doc(
+ResourceSparseApplyClippyAdagradV2 with decoupled weight decay of the touched rows.
+
+The decay of ResourceSparseApplyClippyAdagradW (its doc states it), with the
+accumulator of ResourceSparseApplyClippyAdagradV2.
+
+weight_decay: the decay, a scalar of Tscalar (float32); the other inputs,
+attrs and the output are ResourceSparseApplyClippyAdagradV2's.
 )doc");
 
 #undef TF_OPT_OPS_CLIPPY_V2_ATTRS

@@ -56,6 +56,8 @@ constexpr char kClippyAdagradOp[] = "TfOptOps>ResourceApplyClippyAdagrad";
 constexpr char kSparseClippyAdagradOp[] = "TfOptOps>ResourceSparseApplyClippyAdagrad";
 constexpr char kClippyAdagradV2Op[] = "TfOptOps>ResourceApplyClippyAdagradV2";
 constexpr char kSparseClippyAdagradV2Op[] = "TfOptOps>ResourceSparseApplyClippyAdagradV2";
+constexpr char kSparseClippyAdagradWOp[] = "TfOptOps>ResourceSparseApplyClippyAdagradW";
+constexpr char kSparseClippyAdagradWV2Op[] = "TfOptOps>ResourceSparseApplyClippyAdagradWV2";
 constexpr char kSparseRowwiseAdagradOp[] = "TfOptOps>ResourceSparseApplyRowwiseAdagrad";
 
 // The compute type of the hyperparameters: float64 for float64 variables,
@@ -316,7 +318,8 @@ class SparseApplyLazyAdamXla : public FusedOpXla {
 };
 
 // Both Clippy ops and their V2 (kLight: the accumulator of dtype Taccum, and
-// the `layout` operand as lazy Adam V2's: seed, step, kLayoutStochastic).
+// the `layout` operand as lazy Adam V2's: seed, step, kLayoutStochastic), and
+// the sparse ones' W ops (the weight decay their last input).
 template <bool kSparse, bool kLight>
 class ClippyAdagradXla : public FusedOpXla {
  public:
@@ -324,6 +327,7 @@ class ClippyAdagradXla : public FusedOpXla {
       : FusedOpXla(ctx, kLight, "Taccum") {
     OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
                                                         &use_standard_accumulator_update_));
+    decays_ = kSparse && clippy_adagrad::HasWeightDecay(ctx->num_inputs(), kLight);
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -340,6 +344,12 @@ class ClippyAdagradXla : public FusedOpXla {
                                         {clip_accumulator_update_ ? 1.0 : 0.0,
                                          use_standard_accumulator_update_ ? 1.0 : 0.0},
                                         &hyper));
+    // Then the weight decay and whether it applies (clippy_adagrad::StepFromValues).
+    xla::XlaOp decay;
+    OP_REQUIRES_OK(ctx, decays_ ? Hyperparameters(ctx, dtype_, WeightDecayInput(kLight), 1,
+                                                  &kWeightDecayName, {1.0}, &decay)
+                                : Hyperparameters(ctx, dtype_, 0, 0, nullptr, {0.0, 0.0}, &decay));
+    hyper = xla::ConcatInDim(ctx->builder(), {hyper, decay}, 0);
     OP_REQUIRES_OK(ctx, StaticShape(ctx, kGrad, "grad", &grad_shape));
     absl::StatusOr<xla::PrimitiveType> scalar_type = XlaType(ScalarType(dtype_));
     OP_REQUIRES_OK(ctx, scalar_type.status());
@@ -379,6 +389,7 @@ class ClippyAdagradXla : public FusedOpXla {
  private:
   bool clip_accumulator_update_;
   bool use_standard_accumulator_update_;
+  bool decays_ = false;  // a sparse W op: the weight decay is its last input
 };
 
 // Op ResourceSparseApplyRowwiseAdagrad: the accumulator of the compute type,
@@ -446,6 +457,8 @@ const XlaKernel kKernels[] = {
     {kSparseClippyAdagradOp, Create<ClippyAdagradXla<true, false>>},
     {kClippyAdagradV2Op, Create<ClippyAdagradXla<false, true>>},
     {kSparseClippyAdagradV2Op, Create<ClippyAdagradXla<true, true>>},
+    {kSparseClippyAdagradWOp, Create<ClippyAdagradXla<true, false>>},
+    {kSparseClippyAdagradWV2Op, Create<ClippyAdagradXla<true, true>>},
     {kSparseRowwiseAdagradOp, Create<SparseApplyRowwiseAdagradXla>},
 };
 

@@ -19,8 +19,10 @@
 //     hyper: the op's six scalars, weight_decay, 1 if it applies else 0;
 //     slots of their own type (v of shape [rows] when row-wise);
 //     layout (int64): seed, step, flags (kLayoutRowwise | kLayoutStochastic)
-//   Clippy:        (var, accum, grad, hyper[7][, layout[3]]) -> (var, accum, scale)
-//   sparse Clippy: (var, accum, grad, indices, hyper[7][, layout[3]]) -> (var, accum, scale)
+//   Clippy:        (var, accum, grad, hyper[9][, layout[3]]) -> (var, accum, scale)
+//   sparse Clippy: (var, accum, grad, indices, hyper[9][, layout[3]]) -> (var, accum, scale)
+//     hyper: the op's five scalars, the two flags, weight_decay, 1 if it
+//     applies else 0 (the sparse W ops; 0, 0 otherwise);
 //     with the layout (V2 ops): accum of its own type, flags kLayoutStochastic
 //   row-wise Adagrad: (var, accum, grad, indices, hyper[4], layout[3]) -> (var, accum)
 //     accum of shape [rows], of the compute type; hyper: lr, epsilon,
