@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/gpu_launchers.h"
 #include "tf_opt_ops/core/optimizer_math.h"
 
@@ -49,16 +50,22 @@ AdamStep<double> LazyAdamStep(DType dtype, double lr, double beta1, double beta2
   return dtype == DType::kDouble ? in(double()) : in(float());
 }
 
+// The Clippy step, converted as the OpKernels convert it. A non-null
+// `weight_decay` makes it the sparse W ops' step (clippy_adagrad::WithWeightDecay,
+// as ClippyAdagradOp builds it): each touched row decayed by it and by `lr`.
 ClippyStep<double> MakeClippyStep(DType dtype, double lr, double epsilon, double vrt, double art,
                                   double at, int clip_accumulator_update,
-                                  int use_standard_accumulator_update) {
-  const ClippyStep<double> given{lr,
-                                 epsilon,
-                                 vrt,
-                                 art,
-                                 at,
-                                 clip_accumulator_update != 0,
-                                 use_standard_accumulator_update != 0};
+                                  int use_standard_accumulator_update, const double* weight_decay) {
+  const ClippyStep<double> step{lr,
+                                epsilon,
+                                vrt,
+                                art,
+                                at,
+                                clip_accumulator_update != 0,
+                                use_standard_accumulator_update != 0};
+  const ClippyStep<double> given =
+      weight_decay == nullptr ? step
+                              : tf_opt_ops::clippy_adagrad::WithWeightDecay(step, *weight_decay);
   return dtype == DType::kDouble ? given
                                  : tf_opt_ops::CastStep<double>(tf_opt_ops::CastStep<float>(given));
 }
@@ -199,23 +206,27 @@ TFO_API int tfo_clippy_adagrad(int dtype, int64_t size, const void* grad, void* 
                                int clip_accumulator_update, int use_standard_accumulator_update,
                                void* scale, void* scratch, size_t scratch_bytes) {
   const DType t = static_cast<DType>(dtype);
-  const ClippyStep<double> step = MakeClippyStep(
-      t, lr, epsilon, vrt, art, at, clip_accumulator_update, use_standard_accumulator_update);
+  const ClippyStep<double> step =
+      MakeClippyStep(t, lr, epsilon, vrt, art, at, clip_accumulator_update,
+                     use_standard_accumulator_update, nullptr);
   return tf_opt_ops::gpu::ApplyClippyAdagrad(t, t, size, grad, var, accum, step, scale, scratch,
                                              scratch_bytes, g_stream);
 }
 
-TFO_API int tfo_sparse_clippy_adagrad(int dtype, int index_type, const void* indices,
-                                      int64_t num_indices, int64_t num_rows, int64_t row_size,
-                                      const void* grad, void* var, void* accum, double lr,
-                                      double epsilon, double vrt, double art, double at,
-                                      int clip_accumulator_update,
-                                      int use_standard_accumulator_update, void* scale,
-                                      void* scratch, size_t scratch_bytes, int64_t* bad_position,
-                                      int64_t* bad_index) {
+// Sparse Clippy Adagrad; bad_position/bad_index as IndexError. `weight_decay`
+// points to the W ops' weight decay (a host value, as the op's input; each
+// touched row decayed once, and both passes read the decayed rows), or is
+// null for the ops without decay.
+TFO_API int tfo_sparse_clippy_adagrad(
+    int dtype, int index_type, const void* indices, int64_t num_indices, int64_t num_rows,
+    int64_t row_size, const void* grad, void* var, void* accum, double lr, double epsilon,
+    double vrt, double art, double at, int clip_accumulator_update,
+    int use_standard_accumulator_update, const double* weight_decay, void* scale, void* scratch,
+    size_t scratch_bytes, int64_t* bad_position, int64_t* bad_index) {
   const DType t = static_cast<DType>(dtype);
-  const ClippyStep<double> step = MakeClippyStep(
-      t, lr, epsilon, vrt, art, at, clip_accumulator_update, use_standard_accumulator_update);
+  const ClippyStep<double> step =
+      MakeClippyStep(t, lr, epsilon, vrt, art, at, clip_accumulator_update,
+                     use_standard_accumulator_update, weight_decay);
   const SparseRows rows = MakeSparseRows(indices, index_type, num_indices, num_rows, row_size);
   return ReportingIndexError(bad_position, bad_index, [&](IndexError* bad) {
     return tf_opt_ops::gpu::SparseApplyClippyAdagrad(t, t, rows, grad, var, accum, step, scale,

@@ -7,8 +7,8 @@ gpu-check-build`) through ctypes and compares every
 result with the NumPy references of python/tf_opt_ops/reference.py (docs/design.md,
 "The math" and "GPU boundary"): all four variable
 types, int32 and int64 indices, duplicate indices, a heavy-hitter row, bad
-indices (rejected, nothing written), lazy Adam's light slots and its fused
-weight decay (the W ops), Clippy's flags, NaN gradients, and a
+indices (rejected, nothing written), lazy Adam's light slots, the fused
+weight decay of lazy Adam and sparse Clippy (the W ops), Clippy's flags, NaN gradients, and a
 table past 2^31 elements (64-bit offsets) when the GPU has the memory. Then it
 times the kernels against a device-to-device copy in the same run and against
 torch.optim.SparseAdam when torch with CUDA is importable.
@@ -110,8 +110,8 @@ class CudaBackend:
     L.tfo_clippy_adagrad.argtypes = ([cint, i64, vp, vp, vp] + [dbl] * 5 + [cint, cint, vp, vp, sz])
     L.tfo_sparse_clippy_adagrad.argtypes = (
         [cint, cint, vp, i64, i64, i64, vp, vp, vp] + [dbl] * 5 +
-        [cint, cint, vp, vp, sz, ctypes.POINTER(i64),
-         ctypes.POINTER(i64)])
+        [cint, cint, ctypes.POINTER(dbl)] +
+        [vp, vp, sz, ctypes.POINTER(i64), ctypes.POINTER(i64)])
     L.tfo_sparse_rowwise_adagrad.argtypes = (
         [cint, cint, vp, i64, i64, i64, vp, vp, vp] + [dbl] * 3 +
         [cint, cint, i64, vp, sz, ctypes.POINTER(i64),
@@ -189,15 +189,13 @@ class CudaBackend:
         "slot_dtype": dtype, "rowwise_second_moment": False, "stochastic_rounding": False,
         "seed": 0, "step": 0, **(layout or {})
     }
-    weight_decay = hyper.get("weight_decay")
-    weight_decay = None if weight_decay is None else ctypes.byref(ctypes.c_double(weight_decay))
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
     self.check(
         self.lib.tfo_sparse_lazy_adam(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx, n,
                                       num_rows, dim, d_grad, d_var, d_m, d_v, hyper["lr"],
                                       hyper["beta1"], hyper["beta2"], hyper["epsilon"],
-                                      hyper["beta1_power"], hyper["beta2_power"], weight_decay,
-                                      DTYPE_CODE[layout["slot_dtype"]],
+                                      hyper["beta1_power"], hyper["beta2_power"],
+                                      _weight_decay_arg(hyper), DTYPE_CODE[layout["slot_dtype"]],
                                       int(layout["rowwise_second_moment"]),
                                       int(layout["stochastic_rounding"]),
                                       layout["seed"], layout["step"], d_scratch, scratch_bytes,
@@ -207,13 +205,14 @@ class CudaBackend:
 
   def sparse_clippy_ptr(self, dtype, index_dtype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,
                         hyper, d_scale, d_scratch, scratch_bytes):
+    """A "weight_decay" in `hyper` runs the W ops' step (each touched row decayed first)."""
     bad_pos, bad_idx = ctypes.c_int64(), ctypes.c_int64()
     self.check(
         self.lib.tfo_sparse_clippy_adagrad(DTYPE_CODE[dtype], INDEX_CODE[index_dtype], d_idx,
                                            n, num_rows, dim, d_grad, d_var, d_acc,
-                                           *_clippy_args(hyper), d_scale, d_scratch, scratch_bytes,
-                                           ctypes.byref(bad_pos), ctypes.byref(bad_idx)),
-        "SparseApplyClippyAdagrad")
+                                           *_clippy_args(hyper), _weight_decay_arg(hyper), d_scale,
+                                           d_scratch, scratch_bytes, ctypes.byref(bad_pos),
+                                           ctypes.byref(bad_idx)), "SparseApplyClippyAdagrad")
     return bad_pos.value, bad_idx.value
 
   # -- ops on host arrays (the correctness cases)
@@ -309,6 +308,12 @@ class CudaBackend:
     return self._with([like], body)
 
 
+def _weight_decay_arg(hyper):
+  """The W ops' weight decay as the C API takes it: a const double*, null for none."""
+  weight_decay = hyper.get("weight_decay")
+  return None if weight_decay is None else ctypes.byref(ctypes.c_double(weight_decay))
+
+
 def _clippy_args(h):
   return (h["lr"], h["epsilon"], h["variable_relative_threshold"],
           h["accumulator_relative_threshold"], h["absolute_threshold"],
@@ -370,6 +375,7 @@ class TfCpuBackend:
         bad = self._bad(
             lambda: out.append(self.ops.clippy_adagrad(tv, ta, g.read_value(), **hyper)))
       else:
+        # A "weight_decay" in `hyper` (the W cases) runs op ResourceSparseApplyClippyAdagradW.
         bad = self._bad(lambda: out.append(
             self.ops.sparse_clippy_adagrad(tv, ta, g.read_value(), self.tf.constant(indices), **
                                            hyper)))
@@ -433,6 +439,9 @@ ADAM = dict(lr=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7, beta1_power=0.9**3, b
 ADAMW = dict(ADAM, weight_decay=0.3)
 CLIPPY = dict(lr=0.5, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-3)
+# The sparse Clippy W ops' weight decay: each touched row decayed once (DecayedWeight, by it and
+# CLIPPY's lr), then both passes, the scale's included, read the decayed rows.
+CLIPPY_WEIGHT_DECAY = 0.3
 
 
 def _indices(rng, n, num_rows, index_dtype, kind):
@@ -541,13 +550,16 @@ def check_bad_indices(backend, report, rng):
                        f"got {got[3]}, want {(first, want_value)}")
           report.check(all(np.array_equal(g, w) for g, w in zip(got[:3], (var, m, v))),
                        f"{name} {_adam_name(hyper)} wrote nothing")
-        hyper = dict(CLIPPY, clip_accumulator_update=False, use_standard_accumulator_update=True)
-        got = backend.clippy(dtype, var, accum, grad, idx, hyper)
-        report.check(got[3] == (first, want_value), name + " clippy reported",
-                     f"got {got[3]}, want {(first, want_value)}")
-        report.check(
-            np.array_equal(got[0], var) and np.array_equal(got[1], accum),
-            name + " clippy wrote nothing")
+        for weight_decay in (None, CLIPPY_WEIGHT_DECAY):  # nothing decayed either
+          hyper = dict(CLIPPY, clip_accumulator_update=False, use_standard_accumulator_update=True,
+                       **_decay(weight_decay))
+          op = _clippy_sparse_name(weight_decay)
+          got = backend.clippy(dtype, var, accum, grad, idx, hyper)
+          report.check(got[3] == (first, want_value), f"{name} {op} reported",
+                       f"got {got[3]}, want {(first, want_value)}")
+          report.check(
+              np.array_equal(got[0], var) and np.array_equal(got[1], accum),
+              f"{name} {op} wrote nothing")
   # An empty table: every index is out of range.
   var = np.zeros((0, 4), np.float32)
   got = backend.lazy_adam("float32", var, var, var, np.ones((2, 4), np.float32),
@@ -555,7 +567,20 @@ def check_bad_indices(backend, report, rng):
   report.check(got[3] == (0, 0), "bad index: empty table", str(got[3]))
 
 
+def _decay(weight_decay):
+  """The hyperparameter entry of a W op's `weight_decay`: none for None."""
+  return {} if weight_decay is None else dict(weight_decay=weight_decay)
+
+
+def _clippy_sparse_name(weight_decay):
+  """"clippy sparse", or "clippy sparse_w" for the W ops' step."""
+  return "clippy sparse" if weight_decay is None else "clippy sparse_w"
+
+
 def check_clippy(backend, report, rng):
+  """Ops ResourceApplyClippyAdagrad, ResourceSparseApplyClippyAdagrad and, with the weight decay,
+  ResourceSparseApplyClippyAdagradW: a decayed row is decayed once whatever its count, the scale
+  reads the decayed rows, and an untouched row keeps its values."""
   flag_sets = [(False, False), (True, False), (False, True)]
   for dtype in reference.DTYPES:
     for clip, standard in flag_sets:
@@ -573,21 +598,26 @@ def check_clippy(backend, report, rng):
                      f"got {got[2]!r}, want {want[2]!r}")
         _compare(report, name + " var", got[0], want[0], dtype)
         _compare(report, name + " accum", got[1], want[1], dtype)
-      for index_dtype in (np.int32, np.int64):
-        for num_rows, dim, n, kind in CASES:
-          var = reference.random_values(rng, (num_rows, dim), dtype)
-          accum = reference.store(rng.uniform(0.1, 1, (num_rows, dim)), dtype)
-          grad = reference.random_values(rng, (n, dim), dtype)
-          idx = _indices(rng, n, num_rows, index_dtype, kind)
-          want = reference.sparse_clippy_adagrad(var, accum, grad, idx, dtype, **hyper)
-          got = backend.clippy(dtype, var, accum, grad, idx, hyper)
-          name = (f"clippy sparse {dtype} {index_dtype.__name__} {tag} {num_rows}x{dim} n={n} "
-                  f"{kind}")
-          report.check(got[3][0] == -1, name + " no index error", str(got[3]))
-          report.check(_scale_ok(got[2], want[2], dtype), name + " scale",
-                       f"got {got[2]!r}, want {want[2]!r}")
-          _compare(report, name + " var", got[0], want[0], dtype)
-          _compare(report, name + " accum", got[1], want[1], dtype)
+      for weight_decay in (None, CLIPPY_WEIGHT_DECAY):
+        sparse_hyper = dict(hyper, **_decay(weight_decay))
+        for index_dtype in (np.int32, np.int64):
+          for num_rows, dim, n, kind in CASES:
+            var = reference.random_values(rng, (num_rows, dim), dtype)
+            accum = reference.store(rng.uniform(0.1, 1, (num_rows, dim)), dtype)
+            grad = reference.random_values(rng, (n, dim), dtype)
+            idx = _indices(rng, n, num_rows, index_dtype, kind)
+            want = reference.sparse_clippy_adagrad(var, accum, grad, idx, dtype, **sparse_hyper)
+            got = backend.clippy(dtype, var, accum, grad, idx, sparse_hyper)
+            name = (f"{_clippy_sparse_name(weight_decay)} {dtype} {index_dtype.__name__} {tag} "
+                    f"{num_rows}x{dim} n={n} {kind}")
+            report.check(got[3][0] == -1, name + " no index error", str(got[3]))
+            report.check(_scale_ok(got[2], want[2], dtype), name + " scale",
+                         f"got {got[2]!r}, want {want[2]!r}")
+            _compare(report, name + " var", got[0], want[0], dtype)
+            _compare(report, name + " accum", got[1], want[1], dtype)
+            untouched = np.setdiff1d(np.arange(num_rows), idx)
+            report.check(np.array_equal(got[0][untouched], var[untouched]),
+                         f"{name} untouched rows unchanged")
   # NaN in a gradient: the scale is NaN (as tf.reduce_min gives), no crash.
   for dtype in ("float32", "float64"):
     var = reference.random_values(rng, (30, 8), dtype)
@@ -713,7 +743,7 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
   dtype, es = "float32", 4
   header = (f"  {'rows':>9} {'dim':>4} {'batch':>8} {'uniq':>8} | {'lazy ms':>8} {'GB/s':>6} "
             f"{'%copy':>6} | {'decay ms':>8} {'x adam':>6} | {'clippy ms':>9} {'x adam':>6} | "
-            f"{'torch ms':>8} {'x ours':>6}")
+            f"{'decay ms':>8} {'x clpy':>6} | {'torch ms':>8} {'x ours':>6}")
   print(header)
   for size in sizes:
     num_rows, dim, n = size[:3]
@@ -748,6 +778,11 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
       clippy_ms = backend.timed(
           lambda: backend.sparse_clippy_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
                                             d_m, hyper, d_scale, d_scratch, nbytes), iters)
+      # The W op: the same two passes reading each row decayed.
+      hyper_w = dict(hyper, weight_decay=CLIPPY_WEIGHT_DECAY)
+      clippy_w_ms = backend.timed(
+          lambda: backend.sparse_clippy_ptr(dtype, np.int64, d_idx, n, num_rows, dim, d_grad, d_var,
+                                            d_m, hyper_w, d_scale, d_scratch, nbytes), iters)
     finally:
       for p in ptrs:
         backend.free(p)
@@ -766,13 +801,15 @@ def benchmark(backend, report, free_bytes, sizes, use_torch, iters):
     row = dict(rows=num_rows, dim=dim, batch=n, kind=kind, unique=uniq, lazy_adam_ms=lazy_ms,
                lazy_adam_GBps=bw / 1e9, fraction_of_copy=bw / copy_bw, lazy_adam_w_ms=decay_ms,
                lazy_adam_w_over_adam=decay_ms / lazy_ms, clippy_sparse_ms=clippy_ms,
-               clippy_over_adam=clippy_ms / lazy_ms, torch_sparse_adam_ms=torch_ms)
+               clippy_over_adam=clippy_ms / lazy_ms, clippy_sparse_w_ms=clippy_w_ms,
+               clippy_w_over_clippy=clippy_w_ms / clippy_ms, torch_sparse_adam_ms=torch_ms)
     report.results["bench"].append(row)
     t = f"{torch_ms:8.3f} {torch_ms / lazy_ms:6.2f}" if torch_ms else f"{'-':>8} {'-':>6}"
     print(
         f"  {num_rows:>9} {dim:>4} {n:>8} {uniq:>8} | {lazy_ms:8.3f} {bw / 1e9:6.0f} "
         f"{100 * bw / copy_bw:5.0f}% | {decay_ms:8.3f} {decay_ms / lazy_ms:6.2f} | "
-        f"{clippy_ms:9.3f} {clippy_ms / lazy_ms:6.2f} | {t}"
+        f"{clippy_ms:9.3f} {clippy_ms / lazy_ms:6.2f} | "
+        f"{clippy_w_ms:8.3f} {clippy_w_ms / clippy_ms:6.2f} | {t}"
         f"{'  (zipf 1.2 rows)' if kind == 'zipf' else ''}", flush=True)
 
 

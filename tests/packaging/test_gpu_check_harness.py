@@ -50,6 +50,7 @@ class FakeLib:
     self.buffers = {}
     self.free_bytes = free_bytes
     self.weight_decays = []  # the weight decay of each lazy Adam call given one
+    self.clippy_weight_decays = []  # the weight decay of each sparse Clippy call given one
     names = [n for n in dir(self) if n.startswith("_tfo_")]
     for n in names:
       method = getattr(self, n)
@@ -169,15 +170,20 @@ class FakeLib:
     return 0
 
   def _tfo_sparse_clippy_adagrad(self, dtype, itype, d_idx, n, num_rows, dim, d_grad, d_var, d_acc,
-                                 lr, eps, vrt, art, at, clip, std, d_scale, scratch, sbytes,
-                                 bad_pos, bad_idx):
+                                 lr, eps, vrt, art, at, clip, std, weight_decay, d_scale, scratch,
+                                 sbytes, bad_pos, bad_idx):
     dt = DTYPES[dtype]
+    # const double*: null (None) for the ops without decay, else ctypes.byref(c_double).
+    weight_decay = None if weight_decay is None else _ref(weight_decay).value
+    if weight_decay is not None:
+      self.clippy_weight_decays.append(weight_decay)
     idx, ok = self._indices(itype, d_idx, n, num_rows, bad_pos, bad_idx)
     if not ok:
       return 0
     var, acc = (self._view(p, num_rows * dim, dt) for p in (d_var, d_acc))
     new = reference.sparse_clippy_adagrad(var.reshape(num_rows, dim), acc.reshape(num_rows, dim),
                                           self._view(d_grad, n * dim, dt).reshape(n, dim), idx, dt,
+                                          weight_decay=weight_decay,
                                           **self._hyper(lr, eps, vrt, art, at, clip, std))
     var[:], acc[:] = new[0].ravel(), new[1].ravel()
     self._view(d_scale, 1, reference.compute_type(dt))[:] = new[2]
@@ -227,10 +233,16 @@ def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
   for case in ("lazy_adam_w float32 int32 50x7 n=80 uniform var",
                "lazy_adam_w float32 int64 200x16 n=3000 heavy var",
                "light lazy_adam_w bfloat16/float32 rowwise=True stochastic=True 50x7 n=80 uniform "
-               "var exact", "bad index float32 int64 idx[0]=40 lazy_adam_w wrote nothing"):
+               "var exact", "bad index float32 int64 idx[0]=40 lazy_adam_w wrote nothing",
+               "clippy sparse_w bfloat16 int32 clip=1 std=0 50x7 n=80 uniform scale",
+               "clippy sparse_w float64 int64 clip=0 std=1 200x16 n=3000 heavy var",
+               "clippy sparse_w float16 int64 clip=0 std=0 1000x128 n=700 uniform untouched rows "
+               "unchanged", "bad index bfloat16 int32 idx[17]=-1 clippy sparse_w wrote nothing"):
     assert case in names, case
   assert set(fake.weight_decays) == {gpu_check.ADAMW["weight_decay"]}
+  assert set(fake.clippy_weight_decays) == {gpu_check.CLIPPY_WEIGHT_DECAY}
   assert all(r["lazy_adam_w_ms"] > 0 for r in results["bench"]), results["bench"]
+  assert all(r["clippy_sparse_w_ms"] > 0 for r in results["bench"]), results["bench"]
   assert "target" in printed and out_json.exists()
   assert not fake.buffers, "the harness leaked device buffers"
 
@@ -253,6 +265,27 @@ def test_lazy_adam_check_fails_kernels_that_skip_the_weight_decay(monkeypatch):
   failed = {f.split(":")[0] for f in report.failures}
   assert "lazy_adam_w float32 int64 1000x128 n=700 uniform var" in failed, failed
   assert all(f.startswith("lazy_adam_w ") and f.endswith(" var") for f in failed), failed
+
+
+class NoClippyDecayFakeLib(FakeLib):
+  """Sparse Clippy kernels that ignore the W ops' weight decay."""
+
+  def _tfo_sparse_clippy_adagrad(self, *args):
+    args = list(args)
+    args[16] = None  # weight_decay
+    return super()._tfo_sparse_clippy_adagrad(*args)
+
+
+def test_clippy_check_fails_kernels_that_skip_the_weight_decay(monkeypatch):
+  fake = NoClippyDecayFakeLib()
+  monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path, mode=0: fake)
+  backend = gpu_check.CudaBackend("fake.so")
+  report = gpu_check.Report()
+  gpu_check.check_clippy(backend, report, np.random.default_rng(0))
+  failed = {f.split(":")[0] for f in report.failures}
+  assert "clippy sparse_w float32 int64 clip=0 std=0 1000x128 n=700 uniform var" in failed, failed
+  # The undecayed cases (dense, sparse, NaN gradients) all pass.
+  assert all(f.startswith("clippy sparse_w ") for f in failed), failed
 
 
 def test_gpu_check_loads_the_reference_without_tensorflow():
