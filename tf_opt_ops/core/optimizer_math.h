@@ -841,7 +841,11 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
 template <bool kStochastic, typename T, typename A, typename G, typename C>
 TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
-                                           C scale, const ClippyStep<C>& s) {
+                                           C scale, const ClippyStep<C>& step) {
+  // A local copy, as in pass 1: the step's fields (the decay's, read after
+  // the accumulator's store) may otherwise alias the stores, which keeps the
+  // compiler from vectorizing the loop.
+  const ClippyStep<C> s = step;
   WithDecay(s, [&](auto decay) {
     constexpr bool kDecay = decltype(decay)::value;
     for (int64_t j = 0; j < n; ++j) {
