@@ -248,27 +248,12 @@ def test_harness_runs_every_path_on_the_fake(monkeypatch, capsys, tmp_path):
 
 
 class NoDecayFakeLib(FakeLib):
-  """Kernels that ignore the W ops' weight decay."""
+  """Lazy Adam and sparse Clippy kernels that ignore the W ops' weight decay."""
 
   def _tfo_sparse_lazy_adam(self, *args):
     args = list(args)
     args[16] = None  # weight_decay
     return super()._tfo_sparse_lazy_adam(*args)
-
-
-def test_lazy_adam_check_fails_kernels_that_skip_the_weight_decay(monkeypatch):
-  fake = NoDecayFakeLib()
-  monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path, mode=0: fake)
-  backend = gpu_check.CudaBackend("fake.so")
-  report = gpu_check.Report()
-  gpu_check.check_lazy_adam(backend, report, np.random.default_rng(0))
-  failed = {f.split(":")[0] for f in report.failures}
-  assert "lazy_adam_w float32 int64 1000x128 n=700 uniform var" in failed, failed
-  assert all(f.startswith("lazy_adam_w ") and f.endswith(" var") for f in failed), failed
-
-
-class NoClippyDecayFakeLib(FakeLib):
-  """Sparse Clippy kernels that ignore the W ops' weight decay."""
 
   def _tfo_sparse_clippy_adagrad(self, *args):
     args = list(args)
@@ -276,16 +261,27 @@ class NoClippyDecayFakeLib(FakeLib):
     return super()._tfo_sparse_clippy_adagrad(*args)
 
 
-def test_clippy_check_fails_kernels_that_skip_the_weight_decay(monkeypatch):
-  fake = NoClippyDecayFakeLib()
+@pytest.mark.parametrize(
+    "check, failing_case, only_failures",
+    [
+        (gpu_check.check_lazy_adam, "lazy_adam_w float32 int64 1000x128 n=700 uniform var",
+         lambda f: f.startswith("lazy_adam_w ") and f.endswith(" var")),
+        # The undecayed cases (dense, sparse, NaN gradients) all pass.
+        (gpu_check.check_clippy,
+         "clippy sparse_w float32 int64 clip=0 std=0 1000x128 n=700 uniform var",
+         lambda f: f.startswith("clippy sparse_w ")),
+    ],
+    ids=["lazy_adam", "clippy"])
+def test_check_fails_kernels_that_skip_the_weight_decay(monkeypatch, check, failing_case,
+                                                        only_failures):
+  fake = NoDecayFakeLib()
   monkeypatch.setattr(gpu_check.ctypes, "CDLL", lambda path, mode=0: fake)
   backend = gpu_check.CudaBackend("fake.so")
   report = gpu_check.Report()
-  gpu_check.check_clippy(backend, report, np.random.default_rng(0))
+  check(backend, report, np.random.default_rng(0))
   failed = {f.split(":")[0] for f in report.failures}
-  assert "clippy sparse_w float32 int64 clip=0 std=0 1000x128 n=700 uniform var" in failed, failed
-  # The undecayed cases (dense, sparse, NaN gradients) all pass.
-  assert all(f.startswith("clippy sparse_w ") for f in failed), failed
+  assert failing_case in failed, failed
+  assert all(only_failures(f) for f in failed), failed
 
 
 def test_gpu_check_loads_the_reference_without_tensorflow():

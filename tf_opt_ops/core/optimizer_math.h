@@ -402,12 +402,13 @@ TF_OPT_OPS_HOST_DEVICE C DecayedWeight(C w, C weight_decay, C lr) {
   return RoundTo<T, C>(w - RoundTo<T, C>(RoundTo<T, C>(w * decay) * rate));
 }
 
-// The weight an update reads: decayed first with kDecay (s.decays).
+// The weight an update reads: with kDecay (the step's `decays`) decayed first
+// by `weight_decay` and the op's rate `lr` (DecayedWeight).
 template <bool kDecay, typename T, typename C>
-TF_OPT_OPS_HOST_DEVICE C UpdatedWeight(const T* var, const AdamStep<C>& s) {
+TF_OPT_OPS_HOST_DEVICE C UpdatedWeight(const T* var, C weight_decay, C lr) {
   const C w = Load<C>(*var);
   if constexpr (kDecay) {
-    return DecayedWeight<T, C>(w, s.weight_decay, s.decay_lr);
+    return DecayedWeight<T, C>(w, weight_decay, lr);
   } else {
     return w;
   }
@@ -436,7 +437,8 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamS
   const C v_t = s.beta2 * Load<C>(*v) + s.one_minus_beta2 * g * g;
   *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
   *v = StoreSlot<kStochastic, S>(v_t, noise.v, j);
-  *var = Store<T>(UpdatedWeight<kDecay, T, C>(var, s) - s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
+  *var = Store<T>(UpdatedWeight<kDecay, T, C>(var, s.weight_decay, s.decay_lr) -
+                  s.lr_t * m_t / (Sqrt<C>(v_t) + s.epsilon));
 }
 
 // One touched row of `n` elements: a plain loop over restrict pointers that
@@ -515,7 +517,8 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denomina
                                                    int64_t j) {
   const C m_t = s.beta1 * Load<C>(*m) + s.one_minus_beta1 * g;
   *m = StoreSlot<kStochastic, S>(m_t, noise.m, j);
-  *var = Store<T>(UpdatedWeight<kDecay, T, C>(var, s) - s.lr_t * m_t / denominator);
+  *var = Store<T>(UpdatedWeight<kDecay, T, C>(var, s.weight_decay, s.decay_lr) -
+                  s.lr_t * m_t / denominator);
 }
 
 // One touched row with row-wise v (`v` points at the row's one value).
@@ -670,12 +673,7 @@ TF_OPT_OPS_HOST_DEVICE C NanMin(C a, C b) {
 // of decaying the rows first and then running the op, with one write.
 template <bool kDecay, typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE C ClippyWeight(const T* var, const ClippyStep<C>& s) {
-  const C w = Load<C>(*var);
-  if constexpr (kDecay) {
-    return DecayedWeight<T, C>(w, s.weight_decay, s.lr);
-  } else {
-    return w;
-  }
+  return UpdatedWeight<kDecay, T, C>(var, s.weight_decay, s.lr);
 }
 
 // Pass 1 for one element (flat index e), up to the ratio: sets max_delta and

@@ -178,20 +178,12 @@ absl::Status ClippyAdagradOp<Device, T, A, Tindex, kSparse, kLight>::SetScaleToO
   return absl::OkStatus();
 }
 
-// KernelOn for the six ops: on GPUs the hyperparameters (and a V2 op's step,
-// and a W op's weight decay) are read from host memory.
-static ::tensorflow::KernelDefBuilder& ClippyKernelOn(::tensorflow::KernelDefBuilder&& name,
-                                                      bool gpu, bool step, bool decays) {
-  ::tensorflow::KernelDefBuilder& builder =
-      KernelOn(std::move(name), gpu, clippy_adagrad::kHyperparameterNames, step);
-  return gpu && decays ? builder.HostMemory(clippy_adagrad::kWeightDecayName) : builder;
-}
-
 // The kernels of the ops `dense`, `sparse` and `sparse_w` (the W op) on Device
 // (the sparse ones with both index types); `constraints` adds the V2 ops'
 // accumulator type.
-#define TF_OPT_OPS_CLIPPY_KERNEL(Device, name, kLight, decays, T)                         \
-  ClippyKernelOn(Name(name), !std::is_same_v<Device, CPUDevice>, /*step=*/kLight, decays) \
+#define TF_OPT_OPS_CLIPPY_KERNEL(Device, name, kLight, decays, T)                                \
+  KernelOn(Name(name), !std::is_same_v<Device, CPUDevice>, clippy_adagrad::kHyperparameterNames, \
+           /*step=*/kLight, (decays) ? clippy_adagrad::kWeightDecayName : nullptr)               \
       .TypeConstraint<T>("T")
 #define TF_OPT_OPS_REGISTER_SPARSE(Device, sparse, kLight, decays, T, A, constraints)    \
   TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, decays, T) \

@@ -31,14 +31,17 @@ bool RegisterKernel(BuildKernelDef build, const char* kernel_class_name,
 }
 
 // `builder` on the CPU or (`gpu`) on GPUs, where the kernels read the scalar
-// `hyperparameters` and, with `step`, a V2 op's step input from host memory.
+// `hyperparameters`, with `step` a V2 op's step input, and a W op's
+// `weight_decay` input (its name; null for the other ops) from host memory.
 template <int N>
 ::tensorflow::KernelDefBuilder& KernelOn(::tensorflow::KernelDefBuilder&& builder, bool gpu,
-                                         const char* const (&hyperparameters)[N], bool step) {
+                                         const char* const (&hyperparameters)[N], bool step,
+                                         const char* weight_decay = nullptr) {
   if (!gpu) return builder.Device(::tensorflow::DEVICE_CPU);
   builder.Device(::tensorflow::DEVICE_GPU);
   for (const char* name : hyperparameters) builder.HostMemory(name);
   if (step) builder.HostMemory("step");
+  if (weight_decay != nullptr) builder.HostMemory(weight_decay);
   return builder;
 }
 

@@ -113,31 +113,24 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   AdamStateLayout layout_;
 };
 
-// KernelOn for the four ops: on a GPU a W op's weight decay is read on the
-// host too.
-static ::tensorflow::KernelDefBuilder& LazyAdamKernelOn(::tensorflow::KernelDefBuilder&& name,
-                                                        bool gpu, bool step, bool decays) {
-  ::tensorflow::KernelDefBuilder& builder =
-      KernelOn(std::move(name), gpu, lazy_adam::kHyperparameterNames, step);
-  return gpu && decays ? builder.HostMemory(lazy_adam::kWeightDecayName) : builder;
-}
-
 // The kernels of the four ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float
 // and double (TF_OPT_OPS_REGISTER_T), the V2 op and its W op for tables and
 // slots of half, bfloat16 and float (TF_OPT_OPS_REGISTER_LIGHT_T).
-#define TF_OPT_OPS_REGISTER_OP(Op, decays, Device, T, Tindex)                                \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                                \
-      LazyAdamKernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, /*step=*/false, decays) \
-          .TypeConstraint<T>("T")                                                            \
-          .TypeConstraint<Tindex>("Tindices"),                                               \
+#define TF_OPT_OPS_REGISTER_OP(Op, decays, Device, T, Tindex)                                 \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                 \
+      KernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, lazy_adam::kHyperparameterNames, \
+               /*step=*/false, (decays) ? lazy_adam::kWeightDecayName : nullptr)              \
+          .TypeConstraint<T>("T")                                                             \
+          .TypeConstraint<Tindex>("Tindices"),                                                \
       SparseApplyLazyAdamOp<Device, T, T, Tindex, false>);
-#define TF_OPT_OPS_REGISTER_LIGHT_OP(Op, decays, Device, T, S, Tindex)                      \
-  TF_OPT_OPS_REGISTER_KERNEL(                                                               \
-      LazyAdamKernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, /*step=*/true, decays) \
-          .TypeConstraint<T>("T")                                                           \
-          .TypeConstraint<S>("Tslot")                                                       \
-          .TypeConstraint<Tindex>("Tindices"),                                              \
+#define TF_OPT_OPS_REGISTER_LIGHT_OP(Op, decays, Device, T, S, Tindex)                        \
+  TF_OPT_OPS_REGISTER_KERNEL(                                                                 \
+      KernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, lazy_adam::kHyperparameterNames, \
+               /*step=*/true, (decays) ? lazy_adam::kWeightDecayName : nullptr)               \
+          .TypeConstraint<T>("T")                                                             \
+          .TypeConstraint<S>("Tslot")                                                         \
+          .TypeConstraint<Tindex>("Tindices"),                                                \
       SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
 #define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                             \
   TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam", false, Device, T, Tindex) \
