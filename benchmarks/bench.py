@@ -3,9 +3,10 @@
     python -m benchmarks.bench [--quick] [--rounds N] [--out bench/results]
     python -m benchmarks.bench --xla     # only Keras 3 LazyAdam with and without XLA
     python -m benchmarks.bench --light   # only sparse lazy Adam by slot layout
-    python -m benchmarks.bench --features  # LazyAdam with each Keras optimizer feature
+    python -m benchmarks.bench --features  # LazyAdam, ClippyAdagrad with Keras' optimizer features
     python -m benchmarks.bench --rowwise   # row-wise Adagrad against FBGEMM's CPU step
     python -m benchmarks.bench --features --rows 1000000 --dim 128 --batch 131072  # one size
+    python -m benchmarks.bench --features --feature use_ema  # one feature (repeatable)
 
 Every variant of a case runs inside a `tf.function`, in interleaved rounds
 (A B C A B C ...), each round timing enough steps for >= 20 ms; times are
@@ -559,20 +560,28 @@ def render_isa(results, limit_gbs):
 
 
 # ------------------------------------------ Keras optimizer features (`--features`)
-# {name: (optimizer options, the APIs that offer them)}; every one is timed on LazyAdam against
-# the bare LazyAdam step and against stock Adam with the same options.
+# {name: (optimizer options, the APIs that offer them, our optimizer)}; each is timed against our
+# bare optimizer and against the stock optimizer it replaces (Adam for LazyAdam, Adagrad for
+# ClippyAdagrad) with the same options.
 FEATURES = {
-    "clipnorm": (dict(clipnorm=1.0), ("keras3", "tf_keras")),
-    "global_clipnorm": (dict(global_clipnorm=1.0), ("keras3", "tf_keras")),
-    "weight_decay": (dict(weight_decay=0.004), ("keras3", "tf_keras")),
-    "use_ema": (dict(use_ema=True), ("keras3", "tf_keras")),
-    "gradient_accumulation_steps=2": (dict(gradient_accumulation_steps=2), ("keras3",)),
-    "global_clipnorm + weight_decay": (dict(global_clipnorm=1.0,
-                                            weight_decay=0.004), ("keras3", "tf_keras")),
-    "use_ema + gradient_accumulation_steps=2": (dict(use_ema=True,
-                                                     gradient_accumulation_steps=2), ("keras3",)),
+    "clipnorm": (dict(clipnorm=1.0), ("keras3", "tf_keras"), "LazyAdam"),
+    "global_clipnorm": (dict(global_clipnorm=1.0), ("keras3", "tf_keras"), "LazyAdam"),
+    "weight_decay": (dict(weight_decay=0.004), ("keras3", "tf_keras"), "LazyAdam"),
+    "use_ema": (dict(use_ema=True), ("keras3", "tf_keras"), "LazyAdam"),
+    "gradient_accumulation_steps=2": (dict(gradient_accumulation_steps=2), ("keras3",), "LazyAdam"),
+    "global_clipnorm + weight_decay":
+        (dict(global_clipnorm=1.0, weight_decay=0.004), ("keras3", "tf_keras"), "LazyAdam"),
+    "use_ema + gradient_accumulation_steps=2":
+        (dict(use_ema=True, gradient_accumulation_steps=2), ("keras3",), "LazyAdam"),
+    "ClippyAdagrad weight_decay":
+        (dict(weight_decay=0.004), ("keras3", "tf_keras"), "ClippyAdagrad"),
+    "ClippyAdagrad use_ema": (dict(use_ema=True), ("keras3", "tf_keras"), "ClippyAdagrad"),
+    "ClippyAdagrad global_clipnorm + weight_decay":
+        (dict(global_clipnorm=1.0, weight_decay=0.004), ("keras3", "tf_keras"), "ClippyAdagrad"),
 }
 FEATURE_APIS = ("keras3", "tf_keras")
+# Stock Keras optimizer each of ours is timed against.
+STOCK_OF = {"LazyAdam": "Adam", "ClippyAdagrad": "Adagrad"}
 
 
 def feature_cases(quick):
@@ -581,35 +590,35 @@ def feature_cases(quick):
   return [AdamCase(1_000_000, 64, 16_384), AdamCase(1_000_000, 128, 131_072)]
 
 
-def _feature_optimizers(api):
-  """(our LazyAdam, stock Adam, a variable factory) for `api`."""
+def _feature_optimizers(api, optimizer):
+  """(our `optimizer`, the stock one it replaces, a variable factory) for `api`."""
   if api == "keras3":
     import keras
 
-    from tf_opt_ops import keras as k3_ops
-    return k3_ops.LazyAdam, keras.optimizers.Adam, keras.Variable
+    from tf_opt_ops import keras as ours
+    stock, variable = keras.optimizers, keras.Variable
+  else:
+    import tensorflow as tf
+    import tf_keras
+
+    from tf_opt_ops import tf_keras as ours
+    stock, variable = tf_keras.optimizers, tf.Variable
+  return getattr(ours, optimizer), getattr(stock, STOCK_OF[optimizer]), variable
+
+
+def bench_feature(case, api, options, rounds, optimizer="LazyAdam", seed=0):
+  """One feature on one API: our bare `optimizer`'s step, ours with `options` and the stock one
+  with `options`, each `apply_gradients` of an IndexedSlices in a tf.function on its own table,
+  in interleaved rounds."""
   import tensorflow as tf
-  import tf_keras
 
-  from tf_opt_ops import tf_keras as tfk_ops
-  return tfk_ops.LazyAdam, tf_keras.optimizers.Adam, tf.Variable
-
-
-def bench_feature(case, api, options, rounds, seed=0):
-  """One feature on one API: the bare LazyAdam step, LazyAdam with `options` and stock Adam with
-  `options`, each `apply_gradients` of an IndexedSlices in a tf.function on its own table, in
-  interleaved rounds."""
-  import tensorflow as tf
-
-  lazy_adam, stock_adam, variable = _feature_optimizers(api)
+  ours, stock, variable = _feature_optimizers(api, optimizer)
   steps = distinct_row_steps(case, seed)
   init = tf.random.normal((case.rows, case.dim), seed=seed)
   variants = {
-      "bare": _apply_gradients_step(lazy_adam(learning_rate=0.001), variable(init), case),
-      "ours": _apply_gradients_step(lazy_adam(learning_rate=0.001, **options), variable(init),
-                                    case),
-      "stock": _apply_gradients_step(stock_adam(learning_rate=0.001, **options), variable(init),
-                                     case),
+      "bare": _apply_gradients_step(ours(learning_rate=0.001), variable(init), case),
+      "ours": _apply_gradients_step(ours(learning_rate=0.001, **options), variable(init), case),
+      "stock": _apply_gradients_step(stock(learning_rate=0.001, **options), variable(init), case),
   }
   del init  # a table's worth of memory
   times = time_interleaved(variants, steps, rounds)
@@ -621,7 +630,7 @@ def bench_feature(case, api, options, rounds, seed=0):
   return result
 
 
-def bench_features(cases, rounds):
+def bench_features(cases, rounds, names=None):
   """{case label: {api: {feature: bench_feature's result}}}, each configuration in a process of
   its own: one process does not give the earlier configurations' tables back (at 1,000,000×128
   they filled the machine's memory)."""
@@ -629,8 +638,8 @@ def bench_features(cases, rounds):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   for case in cases:
     for api in FEATURE_APIS:
-      for name, (_, apis) in FEATURES.items():
-        if api not in apis:
+      for name, (_, apis, _) in FEATURES.items():
+        if api not in apis or (names and name not in names):
           continue
         print(f"{name} on {api}, {case.label} ...", flush=True)
         job = dict(case=dataclasses.asdict(case), api=api, feature=name, rounds=rounds)
@@ -649,17 +658,17 @@ def bench_features(cases, rounds):
 
 def features_worker(job):
   """Runs in a subprocess of `bench_features`: one configuration; prints JSON results."""
-  result = bench_feature(AdamCase(**job["case"]), job["api"], FEATURES[job["feature"]][0],
-                         job["rounds"])
+  options, _, optimizer = FEATURES[job["feature"]]
+  result = bench_feature(AdamCase(**job["case"]), job["api"], options, job["rounds"], optimizer)
   print("FEATURES_JSON " + json.dumps(result))
 
 
 def render_features(results):
   lines = [
-      "### LazyAdam with each Keras optimizer feature: ms per step, median (min–max), "
-      "and ratios (median over rounds)", "",
-      "| case | API | feature | bare LazyAdam | LazyAdam + feature | stock Adam + feature | "
-      "/ bare step | stock / ours |", "|---|---|---|---|---|---|---|---|"
+      "### Each Keras optimizer feature: ms per step, median (min–max), and ratios (median over "
+      "rounds); LazyAdam against stock Adam, the rows named ClippyAdagrad against stock Adagrad",
+      "", "| case | API | feature | bare step | with feature | stock with feature | / bare step | "
+      "stock / ours |", "|---|---|---|---|---|---|---|---|"
   ]
   for label, by_api in results.items():
     for api, by_feature in by_api.items():
@@ -988,7 +997,8 @@ ONLY_MODES = {
     "optimizer": "the lazy Adam cases timed through the Keras 3 optimizers (out/optimizer.md)",
     "light": "sparse lazy Adam by slot layout (out/light.md)",
     "features":
-        "LazyAdam with each Keras optimizer feature, against the bare step and stock Adam "
+        "LazyAdam and ClippyAdagrad with each Keras optimizer feature, against the bare step and "
+        "the stock optimizer "
         "(out/features.md; with --rows, --dim, --batch: out/features_<rows>x<dim>_b<batch>.md)",
     "rowwise": "row-wise Adagrad, our op against FBGEMM's CPU step (out/rowwise.md)",
     "isa": "sparse lazy Adam by slot layout at each CPU instruction-set level this machine runs, "
@@ -1005,6 +1015,10 @@ def main(argv=None):
   size.add_argument("--rows", type=int, help="table rows")
   size.add_argument("--dim", type=int, help="table width")
   size.add_argument("--batch", type=int, help="distinct rows per step")
+  parser.add_argument(
+      "--feature", action="append", choices=list(FEATURES), metavar="NAME",
+      help="with --features: only this feature (repeatable); one of "
+      f"{', '.join(repr(n) for n in FEATURES)}")
   parser.add_argument("--clippy-worker", help=argparse.SUPPRESS)
   parser.add_argument("--isa-worker", help=argparse.SUPPRESS)
   parser.add_argument("--features-worker", help=argparse.SUPPRESS)
@@ -1022,6 +1036,8 @@ def main(argv=None):
   sized = (args.rows, args.dim, args.batch)
   if any(sized) and not (all(sized) and args.features):
     parser.error("--rows, --dim and --batch go together, with --features")
+  if args.feature and not args.features:
+    parser.error("--feature goes with --features")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import tensorflow as tf
 
@@ -1091,7 +1107,7 @@ def main(argv=None):
         "machine": machine(), "load_average": os.getloadavg()[0], "tf_version": tf.__version__,
         "bandwidth_limit_gbs": limit,
         "features": bench_features([AdamCase(*sized)] if all(sized) else feature_cases(args.quick),
-                                   rounds)
+                                   rounds, args.feature)
     }
     report["seconds"] = time.time() - started
     write_results(

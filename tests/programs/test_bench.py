@@ -256,7 +256,7 @@ def test_features_at_a_given_size_times_every_feature_on_every_api_that_offers_i
   ])
   table = (tmp_path / "features_4000x8_b256.md").read_text()
   rows = [line for line in table.splitlines() if line.startswith("| ") and "×" in line]
-  want = {(api, name) for name, (_, apis) in bench.FEATURES.items() for api in apis}
+  want = {(api, name) for name, (_, apis, _) in bench.FEATURES.items() for api in apis}
   case = bench.AdamCase(4000, 8, 256).label
   got = set()
   for row in rows:
@@ -285,7 +285,21 @@ def test_rowwise_mode_times_our_op_and_says_when_fbgemm_is_absent(tmp_path, monk
   assert cells[5:] == ["—"] * 4
 
 
+def test_features_of_one_name_time_that_feature_only(tmp_path):
+  bench.main([
+      "--features", "--feature", "ClippyAdagrad weight_decay", "--rows", "4000", "--dim", "8",
+      "--batch", "256", "--rounds", "2", "--out",
+      str(tmp_path)
+  ])
+  table = (tmp_path / "features_4000x8_b256.md").read_text()
+  rows = [line for line in table.splitlines() if line.startswith("| ") and "×" in line]
+  assert [row.split("|")[2:4] for row in rows] == [[" keras3 ", " ClippyAdagrad weight_decay "],
+                                                   [" tf_keras ", " ClippyAdagrad weight_decay "]]
+
+
 def test_features_size_options_go_together():
+  with pytest.raises(SystemExit):
+    bench.main(["--feature", "use_ema"])
   with pytest.raises(SystemExit):
     bench.main(["--features", "--rows", "4000", "--dim", "8"])
   with pytest.raises(SystemExit):
