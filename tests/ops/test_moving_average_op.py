@@ -91,6 +91,29 @@ def test_lazy_average_brought_up_to_date_is_the_stock_average(dtype):
   np.testing.assert_allclose(lazy, stock, **tolerance)
 
 
+@pytest.mark.parametrize("dtype", reference.DTYPES)
+def test_rows_that_missed_many_different_counts_match_the_reference_bit_for_bit(dtype):
+  """A table large enough to run on the thread pool, its rows having missed thousands of
+  different step counts (many sharing a slot of the kernel's per-thread decay cache, by count
+  modulo its size), some far more steps than a 16-bit type holds exactly; indices with
+  duplicates."""
+  rng = np.random.default_rng(5)
+  rows, dim, count = 4096, 64, 70_000
+  table0 = reference.random_values(rng, (rows, dim), dtype)
+  average0 = reference.random_values(rng, (rows, dim), dtype)
+  synced0 = (count - rng.integers(0, 66_000, rows)).astype(np.int32)
+  indices = np.concatenate([rng.permutation(rows)[:3000], rng.integers(0, rows, 500)])
+  table, average = tf.Variable(stored_tensor(table0,
+                                             dtype)), tf.Variable(stored_tensor(average0, dtype))
+  synced = tf.Variable(synced0)
+  ops.sparse_moving_average(average, synced, table, tf.constant(indices), count=count,
+                            ema_momentum=0.999)
+  ref_average, ref_synced = reference.sparse_moving_average(average0, synced0, table0, indices,
+                                                            dtype, count=count, ema_momentum=0.999)
+  np.testing.assert_array_equal(stored_values(average, dtype), ref_average)
+  np.testing.assert_array_equal(synced.numpy(), ref_synced)
+
+
 def _variables(dtype=tf.float32):
   table = tf.Variable(tf.random.stateless_uniform((ROWS, DIM), seed=(1, 2), dtype=dtype))
   average = tf.Variable(tf.random.stateless_uniform((ROWS, DIM), seed=(3, 4), dtype=dtype))
