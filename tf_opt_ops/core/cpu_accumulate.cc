@@ -129,20 +129,38 @@ template <typename T, typename Tindex>
 void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
   const int64_t dim = window_.row_size;
   const int64_t held = held_;
+  const int64_t num_groups = num_rows();
   const int64_t* distinct = groups_.rows();
   T* accumulator = window_.accumulator;
   const T* values = step_.values;
-  const auto offset = [distinct, dim](int64_t u) { return distinct[u] * dim; };
-  const auto length = [dim](int64_t) { return dim; };
-  ForEachItem(pool, num_rows(), RowCost<T>(dim), [&](int64_t begin, int64_t end) {
-    ForEachSpan(begin, end, {TableOf(accumulator)}, offset, length, [&](int64_t u, int64_t o) {
+  // Each row's first value of the step (-1: the step does not name it): the loop below
+  // prefetches it with the row's accumulator row. The groups are in no order of the step's
+  // rows, so its values are read at random.
+  std::vector<int64_t> step_first(num_groups);
+  const Eigen::TensorOpCost chain_cost(4.0 * sizeof(int64_t), sizeof(int64_t), 10.0);
+  ForEachItem(pool, num_groups, chain_cost, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      int64_t p = groups_.first(u);
+      while (p >= 0 && p < held) p = groups_.next(p);
+      step_first[u] = p < 0 ? -1 : p - held;
+    }
+  });
+  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+  const auto prefetch = [&](int64_t u) {
+    if (groups_.first(u) < held) PrefetchForWrite(accumulator + distinct[u] * dim, row_bytes);
+    if (step_first[u] >= 0) {
+      const char* v = reinterpret_cast<const char*>(values + step_first[u] * dim);
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
+    }
+  };
+  ForEachItem(pool, num_groups, RowCost<T>(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      if (u + kPrefetchSpansMedium < end) prefetch(u + kPrefetchSpansMedium);
       rows[u] = distinct[u];
       T* sum = average + u * dim;
-      T* held_row = accumulator + o;
-      // Positions in order: the held ids' first, then the step's.
-      int64_t p = groups_.first(u);
-      const bool is_held = p < held;
-      while (p >= 0 && p < held) p = groups_.next(p);
+      T* held_row = accumulator + distinct[u] * dim;
+      const bool is_held = groups_.first(u) < held;
+      int64_t p = step_first[u] < 0 ? -1 : step_first[u] + held;  // positions in order
       if (!is_held) {
         std::copy_n(values + (p - held) * dim, dim, sum);
       } else if (p >= 0) {
@@ -160,7 +178,7 @@ void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows
       for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] / steps;
       // The average is out of the accumulator: the window is applied.
       if (is_held) std::fill_n(held_row, dim, T(0));
-    });
+    }
   });
   *window_.row_count = Tindex{0};
 }
