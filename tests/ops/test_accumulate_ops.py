@@ -86,6 +86,7 @@ def test_a_window_is_the_references_bit_for_bit(dtype, index_dtype, mode):
   are the reference's; the last step's window average is, and it clears the window."""
   rng = np.random.default_rng(0)
   acc, ids, count = _window_variables(dtype, index_dtype, rng)
+
   def accumulate(*args):
     ops.sparse_accumulate_rows(*args)
 
