@@ -236,10 +236,14 @@ def accumulate_rows(accumulator, row_ids, row_count, grad):
   The ids are the window's rows without a pass over every row of the table:
   appending costs the micro-step's rows only. Where they would not fit (the
   window named more ids than the table has rows), the ids are deduplicated
-  first, which fits: a table's distinct rows are its row count.
+  first, which fits: a table's distinct rows are its row count. On the CPU one
+  fused op (`TfOptOps>ResourceSparseAccumulateRows`) does it all; on a GPU,
+  where it has no kernel, TensorFlow ops give the same numbers.
   """
   values = tf.cast(grad.values, accumulator.dtype)
   indices = tf.cast(grad.indices, row_ids.dtype)
+  if not _on_gpu(accumulator):
+    return ops.sparse_accumulate_rows(accumulator, row_ids, row_count, indices, values)
   count = row_count.read_value()
   end = count + tf.size(indices, out_type=row_ids.dtype)
 
@@ -306,23 +310,29 @@ def _window_ids(row_ids, count):
   return tf.gather(row_ids, tf.range(count))
 
 
-def window_gradient(accumulator, row_ids, row_count, grad, steps):
-  """The window's average gradient, an `IndexedSlices` of the distinct rows it named.
+def take_window_gradient(accumulator, row_ids, row_count, grad, steps):
+  """The window's average gradient, an `IndexedSlices` of the distinct rows it named; the
+  window's rows of the accumulator are then zeroed and its row ids emptied.
 
   `grad` is the window's last micro-step: its rows are added to the earlier
   micro-steps' sums (as `accumulate_rows` would add them, in order) outside the
   accumulator, which is read on the window's rows; rows the earlier micro-steps
   did not name hold 0 there. The average is the sums over `steps`, as Keras 3's
-  `(g + acc) / steps` on those rows (the others are 0 there). Returns (average,
-  the rows the accumulator holds: those to clear).
+  `(g + acc) / steps` on those rows (the others are 0 there). On the CPU one
+  fused op (`TfOptOps>ResourceSparseTakeWindowGradient`) does it all; on a GPU,
+  where it has no kernel, TensorFlow ops give the same numbers.
   """
+  values = tf.cast(grad.values, accumulator.dtype)
   indices = tf.cast(grad.indices, row_ids.dtype)
+  if not _on_gpu(accumulator):
+    rows, average = ops.sparse_take_window_gradient(accumulator, row_ids, row_count, indices,
+                                                    values, steps)
+    return tf.IndexedSlices(average, rows, grad.dense_shape)
   count = row_count.read_value()
   # The earlier micro-steps' distinct rows first (tf.unique keeps the order of first sight).
   rows, position = tf.unique(tf.concat([_window_ids(row_ids, count), indices], 0))
   size = tf.size(rows)
   held = tf.reduce_max(tf.concat([position[:count] + 1, [0]], 0))
-  values = tf.cast(grad.values, accumulator.dtype)
   # As `_add_rows` adds them: each row's first value of this micro-step by a gather (a zero
   # row for rows it does not name), its later ones by a scatter-add.
   last = position[count:]
@@ -339,10 +349,13 @@ def window_gradient(accumulator, row_ids, row_count, grad, steps):
                                                            tf.gather(last, later)[:, tf.newaxis],
                                                            tf.gather(values, later)), lambda: sums)
   average = sums / tf.cast(steps, accumulator.dtype)
-  return tf.IndexedSlices(average, tf.cast(rows, tf.int64), grad.dense_shape), rows[:held]
+  # Ordered after the reads of the accumulator and the count above (automatic control
+  # dependencies, on the same variables).
+  _clear_rows(accumulator, row_count, rows[:held])
+  return tf.IndexedSlices(average, tf.cast(rows, tf.int64), grad.dense_shape)
 
 
-def clear_rows(accumulator, row_count, rows):
+def _clear_rows(accumulator, row_count, rows):
   """Zeroes `rows` of `accumulator` and empties the window's row ids: the window is applied."""
   # The static row shape: tf.shape of a variable reads all of it.
   row_shape = tf.constant(accumulator.shape[1:].as_list(), tf.int64)

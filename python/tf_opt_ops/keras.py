@@ -202,22 +202,17 @@ class _Keras3Mixin:
           accumulator.assign(accumulator + tf.cast(tf.convert_to_tensor(grad), accumulator.dtype))
 
     def apply_window():
-      window, held = [], []
+      window = []
       for grad, accumulator, (ids, count), is_sparse in zip(grads, accumulators, windows, sparse):
         if is_sparse:
-          average, held_rows = _core.window_gradient(accumulator, ids, count, grad, steps)
+          # Its rows of the accumulator are cleared as the average is taken.
+          window.append(_core.take_window_gradient(accumulator, ids, count, grad, steps))
         else:
-          average, held_rows = (tf.convert_to_tensor(grad) + accumulator) / steps, None
-        window.append(average)
-        held.append(held_rows)
+          window.append((tf.convert_to_tensor(grad) + accumulator) / steps)
+          accumulator.assign(tf.zeros_like(accumulator))
       window = self._clip_gradients(window)
       self._apply_weight_decay(trainable_variables)
       self._backend_update_step(window, trainable_variables, self.learning_rate)
-      for accumulator, (_, count), held_rows in zip(accumulators, windows, held):
-        if held_rows is not None:
-          _core.clear_rows(accumulator, count, held_rows)
-        else:
-          accumulator.assign(tf.zeros_like(accumulator))
 
     keras.ops.cond((self._iterations + 1) % steps == 0, apply_window, accumulate)
     self._moving_average_step()

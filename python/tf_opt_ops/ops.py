@@ -8,7 +8,7 @@ inside the kernels). Duplicate indices are summed inside the kernels; rows not
 named by `indices` are not read or written. Each update's formula is stated
 once, in its op's doc (`tf_opt_ops/ops/lazy_adam_ops.cc`,
 `tf_opt_ops/ops/clippy_adagrad_ops.cc`, `tf_opt_ops/ops/rowwise_adagrad_ops.cc`,
-`tf_opt_ops/ops/moving_average_ops.cc`).
+`tf_opt_ops/ops/moving_average_ops.cc`, `tf_opt_ops/ops/accumulate_ops.cc`).
 """
 
 import tensorflow as tf
@@ -35,6 +35,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
     "TfOptOps>ResourceSparseApplyLazyMovingAverage",
+    "TfOptOps>ResourceSparseAccumulateRows",
+    "TfOptOps>ResourceSparseTakeWindowGradient",
 )
 _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 
@@ -226,3 +228,32 @@ def sparse_moving_average(average, synced, var, indices, *, count, ema_momentum,
       average=_handle(average), synced=_handle(synced), var=_handle(var), indices=indices,
       count=tf.cast(count, tf.int32), ema_momentum=ema_momentum, T=dtype, use_locking=use_locking,
       name=name)
+
+
+def sparse_accumulate_rows(accumulator, row_ids, row_count, indices, values, name=None):
+  """Adds a micro-step's gradient rows `values` at `indices` into `accumulator` and appends
+  the indices to the window's row ids (`row_ids[:row_count]`).
+
+  The formula is the doc of op `TfOptOps>ResourceSparseAccumulateRows`
+  (`tf_opt_ops/ops/accumulate_ops.cc`). `values` has the accumulator's dtype; `indices`,
+  `row_ids` and `row_count` one integer dtype. CPU only. Returns the op (no outputs).
+  """
+  return load_library().tf_opt_ops_resource_sparse_accumulate_rows(accumulator=_handle(accumulator),
+                                                                   row_ids=_handle(row_ids),
+                                                                   row_count=_handle(row_count),
+                                                                   indices=indices, values=values,
+                                                                   name=name)
+
+
+def sparse_take_window_gradient(accumulator, row_ids, row_count, indices, values, steps, name=None):
+  """The window's distinct rows and average gradient, `(rows, average)`, with `values` at
+  `indices` its last micro-step; the window's rows of `accumulator` are then zeroed and
+  `row_count` set to 0.
+
+  The formula is the doc of op `TfOptOps>ResourceSparseTakeWindowGradient`
+  (`tf_opt_ops/ops/accumulate_ops.cc`); the inputs are `sparse_accumulate_rows`', and
+  `steps` the window's number of micro-steps. CPU only.
+  """
+  return load_library().tf_opt_ops_resource_sparse_take_window_gradient(
+      accumulator=_handle(accumulator), row_ids=_handle(row_ids), row_count=_handle(row_count),
+      indices=indices, values=values, steps=tf.cast(steps, tf.int64), name=name)

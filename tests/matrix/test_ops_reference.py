@@ -125,7 +125,8 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceApplyClippyAdagradV2", "TfOptOps>ResourceSparseApplyClippyAdagradV2",
       "TfOptOps>ResourceSparseApplyRowwiseAdagrad", "TfOptOps>ResourceSparseApplyLazyMovingAverage",
       "TfOptOps>ResourceSparseApplyLazyAdamW", "TfOptOps>ResourceSparseApplyLazyAdamWV2",
-      "TfOptOps>ResourceSparseApplyClippyAdagradW", "TfOptOps>ResourceSparseApplyClippyAdagradWV2"
+      "TfOptOps>ResourceSparseApplyClippyAdagradW", "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
+      "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient"
   }
 
   @tf.function

@@ -239,7 +239,19 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
     ids = keras.ops.convert_to_numpy(opt._window_row_ids[0])[:count]
     np.testing.assert_array_equal(ids, indices)
   if mode == "function":
-    _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
+    types = _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
+    # On the CPU each side of the window is one fused op, which reads and writes the window's
+    # rows only: no scatter or gather of the accumulator or its ids in TensorFlow ops.
+    assert ACCUMULATION_OPS <= types, sorted(types)
+    assert not types & ROW_COPYING_OPS, sorted(types & ROW_COPYING_OPS)
+
+
+ACCUMULATION_OPS = {
+    "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient"
+}
+ROW_COPYING_OPS = {
+    "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceGather", "Unique", "TensorScatterAdd"
+}
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)

@@ -106,11 +106,13 @@ class LockedVariables {
   // `inputs` are the input positions of the resource variables (the table
   // first, then its slots), of `dtypes`; `names` name them in errors. Unless
   // `row_slot` is -1, the variable at that position of `inputs` holds one
-  // value per row of the first. `errors` words the dtype and row slot errors.
+  // value per row of the first; unless `scalar_slot` is -1, the one at that
+  // position is a scalar. `errors` words the dtype and row slot errors.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names,
                        const std::vector<tensorflow::DataType>& dtypes, int row_slot,
-                       const VariableErrors& errors = kOptimizerVariableErrors) {
+                       const VariableErrors& errors = kOptimizerVariableErrors,
+                       int scalar_slot = -1) {
     std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(inputs.size());
     bool all_copy_on_read = true;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -155,6 +157,11 @@ class LockedVariables {
       if (!tensors_[k].IsInitialized()) return Uninitialized(ctx, names[k], inputs[k]);
     }
     for (size_t k = 1; k < inputs.size(); ++k) {
+      if (static_cast<int>(k) == scalar_slot) {
+        if (TensorShapeUtils::IsScalar(tensors_[k].shape())) continue;
+        return InvalidArgument(names[k], " must be a scalar variable, got shape ",
+                               tensors_[k].shape().DebugString());
+      }
       TF_RETURN_IF_ERROR(
           static_cast<int>(k) == row_slot
               ? errors.check_row_slot_shape(names[k], tensors_[k].shape(), names[0],

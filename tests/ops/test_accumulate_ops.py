@@ -1,0 +1,228 @@
+"""Gradient accumulation on a sparse gradient's rows (ops ResourceSparseAccumulateRows and
+ResourceSparseTakeWindowGradient) against a NumPy restatement of their docs.
+
+Each addition is rounded to the accumulator's dtype, in order, as a scatter-add adds; the
+window's average is the held rows plus the last micro-step's values over the steps, and
+taking it clears the window's rows. Bits are compared (-0.0 included). Why: see
+docs/optimizers.md, "Keras features at sparse cost".
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_opt_ops import ops
+
+ROWS, DIM = 11, 5
+DTYPES = {
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float32": np.float32,
+    "float64": np.float64,
+}
+# Micro-steps of a window: duplicates within a step (row 3 thrice), rows named again by a
+# later step (3, 7), rows a step names once; rows 6 and 10 are never named.
+WINDOW = [[3, 0, 3, 7, 3], [7, 1, 7, 2], [9, 3, 5, 4, 3, 8]]
+UNTOUCHED_ROWS = [6, 10]
+
+
+def _values(rng, n, dtype):
+  return (3.0 * rng.standard_normal((n, DIM))).astype(DTYPES[dtype])
+
+
+def _bits(array):
+  array = np.asarray(array)
+  return array.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[array.dtype.itemsize])
+
+
+def _accumulate_reference(acc, ids, count, indices, values):
+  """The accumulator, row ids and count after ResourceSparseAccumulateRows (the ids when
+  they fit; else None: they are a set, checked as one)."""
+  acc, ids = acc.copy(), ids.copy()
+  written = set()
+  for i, row in enumerate(indices):
+    # With no ids held the accumulator is 0: each row's first value is written as it is.
+    acc[row] = values[i] if count == 0 and row not in written else acc[row] + values[i]
+    written.add(row)
+  if count + len(indices) > len(ids):
+    return acc, None, len(set(ids[:count].tolist()) | set(indices.tolist()))
+  ids[count:count + len(indices)] = indices
+  return acc, ids, count + len(indices)
+
+
+def _window_reference(acc, ids, count, indices, values, steps):
+  """{row: average} of ResourceSparseTakeWindowGradient, and the accumulator after it."""
+  held = set(ids[:count].tolist())
+  zero = np.zeros(DIM, acc.dtype)
+  average = {}
+  for row in held | set(indices.tolist()):
+    positions = [i for i, r in enumerate(indices) if r == row]
+    first = values[positions[0]] if positions else zero
+    total = acc[row] + first if row in held else first
+    for i in positions[1:]:
+      total = total + values[i]
+    average[row] = total / acc.dtype.type(steps)
+  acc = acc.copy()
+  acc[sorted(held)] = 0
+  return average, acc
+
+
+def _window_variables(dtype, index_dtype, rng):
+  acc = tf.Variable(tf.zeros((ROWS, DIM), tf.as_dtype(DTYPES[dtype])))
+  initial_ids = rng.integers(0, ROWS, ROWS).astype(index_dtype)  # unread beyond the count
+  return acc, tf.Variable(initial_ids), tf.Variable(np.zeros((), index_dtype))
+
+
+def _numpy(variable):
+  return np.asarray(variable.numpy())
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_window_is_the_references_bit_for_bit(dtype, index_dtype, mode):
+  """Two windows of WINDOW's micro-steps: after each micro-step the accumulator, ids and count
+  are the reference's; the last step's window average is, and it clears the window."""
+  rng = np.random.default_rng(0)
+  acc, ids, count = _window_variables(dtype, index_dtype, rng)
+
+  def accumulate(*args):
+    ops.sparse_accumulate_rows(*args)
+
+  take = ops.sparse_take_window_gradient
+  if mode == "function":
+    accumulate, take = tf.function(accumulate), tf.function(take)
+  steps = len(WINDOW)
+  for _ in range(2):
+    for k, step_indices in enumerate(WINDOW):
+      indices = np.array(step_indices, index_dtype)
+      values = _values(rng, len(indices), dtype)
+      acc0, ids0, count0 = _numpy(acc), _numpy(ids), int(count.numpy())
+      if k < steps - 1:
+        accumulate(acc, ids, count, tf.constant(indices), tf.constant(values))
+        want_acc, want_ids, want_count = _accumulate_reference(acc0, ids0, count0, indices, values)
+        np.testing.assert_array_equal(_bits(_numpy(acc)), _bits(want_acc))
+        np.testing.assert_array_equal(_numpy(ids), want_ids)
+        assert int(count.numpy()) == want_count
+        continue
+      rows, average = take(acc, ids, count, tf.constant(indices), tf.constant(values), steps)
+      want, want_acc = _window_reference(acc0, ids0, count0, indices, values, steps)
+      rows, average = rows.numpy(), np.asarray(average.numpy())
+      assert rows.dtype == np.int64 and sorted(rows.tolist()) == sorted(want)
+      for u, row in enumerate(rows):
+        np.testing.assert_array_equal(_bits(average[u]), _bits(want[row]), err_msg=f"row {row}")
+      np.testing.assert_array_equal(_bits(_numpy(acc)), _bits(want_acc))
+      assert int(count.numpy()) == 0
+      assert not set(rows.tolist()) & set(UNTOUCHED_ROWS)
+
+
+def test_negative_zero_is_written_as_it_is_into_an_empty_window():
+  """The window's first micro-step writes each row's first value (-0.0 stays -0.0); a later
+  one adds to the accumulator (0 + -0.0 is +0.0), as the TensorFlow-op path does."""
+  acc, ids, count = _window_variables("float32", np.int32, np.random.default_rng(1))
+  negative = tf.fill((1, DIM), -0.0)
+  ops.sparse_accumulate_rows(acc, ids, count, tf.constant([2]), negative)
+  assert np.all(np.signbit(acc.numpy()[2]))
+  ops.sparse_accumulate_rows(acc, ids, count, tf.constant([4]), negative)
+  assert not np.any(np.signbit(acc.numpy()[4]))
+  # Taking the window: held row 2 (-0.0) plus 0 is +0.0; a row first named now keeps -0.0.
+  rows, average = ops.sparse_take_window_gradient(acc, ids, count, tf.constant([5]), negative, 2)
+  average = dict(zip(rows.numpy().tolist(), average.numpy()))
+  assert not np.any(np.signbit(average[2])) and np.all(np.signbit(average[5]))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_ids_that_would_not_fit_are_kept_deduplicated(index_dtype):
+  """Micro-steps naming more ids in all than the table has rows: the ids are the distinct
+  rows named so far, at most one per row, and the window is still the reference's."""
+  rng = np.random.default_rng(2)
+  acc, ids, count = _window_variables("float32", index_dtype, rng)
+  held_acc, held_ids, held_count = _numpy(acc), _numpy(ids), 0
+  named, deduplicated = set(), False
+  for _ in range(4):
+    indices = rng.integers(0, ROWS - 2, 4).astype(index_dtype)
+    values = _values(rng, len(indices), "float32")
+    ops.sparse_accumulate_rows(acc, ids, count, tf.constant(indices), tf.constant(values))
+    held_acc, want_ids, want_count = _accumulate_reference(held_acc, held_ids, held_count, indices,
+                                                           values)
+    named.update(indices.tolist())
+    held_count, held_ids = int(count.numpy()), _numpy(ids)
+    assert held_count == want_count
+    if want_ids is None:  # deduplicated: the distinct rows named so far, once each
+      deduplicated = True
+      assert sorted(held_ids[:held_count].tolist()) == sorted(named)
+    else:
+      np.testing.assert_array_equal(held_ids, want_ids)
+  assert deduplicated and held_count <= ROWS
+  np.testing.assert_array_equal(_numpy(acc), held_acc)
+  indices = np.array([ROWS - 1, 0], index_dtype)
+  values = _values(rng, 2, "float32")
+  rows, average = ops.sparse_take_window_gradient(acc, ids, count, indices, values, 5)
+  want, want_acc = _window_reference(held_acc, held_ids, held_count, indices, values, 5)
+  assert sorted(rows.numpy().tolist()) == sorted(want)
+  for u, row in enumerate(rows.numpy()):
+    np.testing.assert_array_equal(average.numpy()[u], want[row])
+  np.testing.assert_array_equal(_numpy(acc), want_acc)
+
+
+@pytest.mark.parametrize("op", ["accumulate", "take"])
+def test_bad_indices_are_rejected_with_nothing_written(op):
+  rng = np.random.default_rng(3)
+  acc, ids, count = _window_variables("float32", np.int64, rng)
+  ops.sparse_accumulate_rows(acc, ids, count, tf.constant([1, 2], tf.int64), tf.ones((2, DIM)))
+  before = [_numpy(v) for v in (acc, ids, count)]
+  indices = tf.constant([4, ROWS + 3], tf.int64)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"):
+    if op == "accumulate":
+      ops.sparse_accumulate_rows(acc, ids, count, indices, tf.ones((2, DIM)))
+    else:
+      ops.sparse_take_window_gradient(acc, ids, count, indices, tf.ones((2, DIM)), 2)
+  for variable, want in zip((acc, ids, count), before):
+    np.testing.assert_array_equal(_numpy(variable), want)
+
+
+def test_bad_inputs_are_rejected_with_their_names():
+  acc, ids, count = _window_variables("float32", np.int32, np.random.default_rng(4))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="values must hold one accumulator"):
+    ops.sparse_accumulate_rows(acc, ids, count, tf.constant([1]), tf.ones((1, DIM + 1)))
+  count.assign(ROWS + 1)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="row_count = 12 is not in"):
+    ops.sparse_accumulate_rows(acc, ids, count, tf.constant([1]), tf.ones((1, DIM)))
+  wide_ids = tf.Variable(tf.zeros([ROWS], tf.int64))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="row_ids has dtype int64"):
+    ops.sparse_accumulate_rows(acc, wide_ids, count, tf.constant([1]), tf.ones((1, DIM)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_tensorflow_op_path_gives_the_ops_bits(dtype, monkeypatch):
+  """The optimizers' path for GPU variables (TensorFlow ops; here forced on the CPU) gives the
+  fused ops' accumulator, ids, rows and average, bit for bit."""
+  from tf_opt_ops import _core
+
+  def run(on_gpu):
+    monkeypatch.setattr(_core, "_on_gpu", lambda var: on_gpu)
+    rng = np.random.default_rng(5)
+    acc, ids, count = _window_variables(dtype, np.int32, rng)
+    shape = tf.constant([ROWS, DIM], tf.int64)
+    out = []
+    for _ in range(2):
+      for k, step_indices in enumerate(WINDOW):
+        grad = tf.IndexedSlices(tf.constant(_values(rng, len(step_indices), dtype)),
+                                tf.constant(step_indices, tf.int64), shape)
+        if k < len(WINDOW) - 1:
+          _core.accumulate_rows(acc, ids, count, grad)
+          out.append(_bits(_numpy(acc)))
+          out.append(_numpy(ids)[:int(count.numpy())])
+        else:
+          average = _core.take_window_gradient(acc, ids, count, grad, len(WINDOW))
+          order = np.argsort(average.indices.numpy())
+          out.append(average.indices.numpy()[order])
+          out.append(_bits(np.asarray(average.values.numpy())[order]))
+          out.append(_bits(_numpy(acc)))
+          out.append(int(count.numpy()))
+    return out
+
+  for fused, standard in zip(run(False), run(True)):
+    np.testing.assert_array_equal(fused, standard)

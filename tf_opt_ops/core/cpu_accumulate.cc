@@ -1,0 +1,201 @@
+// The CPU loops of cpu_accumulate.h, instantiated for every accumulator and
+// id type of the ops.
+#define EIGEN_USE_THREADS  // before any Eigen header: the loops run on a thread pool
+
+#include "tf_opt_ops/core/cpu_accumulate.h"
+
+#include <algorithm>
+
+#include "tf_opt_ops/core/cpu_row_loops.h"
+#include "tf_opt_ops/core/errors.h"
+
+namespace tf_opt_ops {
+namespace cpu {
+namespace {
+
+absl::Status CheckCount(int64_t count, int64_t num_rows) {
+  if (count >= 0 && count <= num_rows) return absl::OkStatus();
+  return InvalidArgument("row_count = ", count, " is not in [0, ", num_rows,
+                         "]: row_ids holds at most one id per row of the accumulator; zero "
+                         "row_count (and the accumulator) to start a new window.");
+}
+
+// Groups `ids` (the first `held` the window's held ids, then a micro-step's
+// indices), failing on the first id outside [0, num_rows).
+template <typename Tindex>
+absl::Status GroupIds(const CpuPool& pool, const std::vector<Tindex>& ids, int64_t held,
+                      int64_t num_rows, RowGroups* groups) {
+  const absl::Status status =
+      GroupRows<Tindex>(pool, ids.data(), static_cast<int64_t>(ids.size()), num_rows, groups);
+  if (status.ok()) return status;
+  for (int64_t p = 0; p < static_cast<int64_t>(ids.size()); ++p) {
+    const int64_t row = static_cast<int64_t>(ids[p]);
+    if (row >= 0 && row < num_rows) continue;
+    if (p < held) {
+      return InvalidArgument("row_ids[", p, "] = ", row, " is not in [0, ", num_rows,
+                             "): the window's row ids must name rows of the accumulator.");
+    }
+    return IndexOutOfRange(p - held, row, num_rows);
+  }
+  return status;
+}
+
+template <typename Tindex>
+std::vector<Tindex> HeldThenStep(const Tindex* held_ids, int64_t held, const Tindex* indices,
+                                 int64_t n) {
+  std::vector<Tindex> ids(held + n);
+  std::copy_n(held_ids, held, ids.begin());
+  std::copy_n(indices, n, ids.begin() + held);
+  return ids;
+}
+
+// Per distinct row: its values read, the accumulator row read and written.
+template <typename T>
+Eigen::TensorOpCost RowCost(int64_t dim) {
+  return Eigen::TensorOpCost(dim * 2.0 * sizeof(T), dim * 1.0 * sizeof(T), 2.0 * dim + 20.0);
+}
+
+}  // namespace
+
+template <typename T, typename Tindex>
+absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T, Tindex>& window,
+                                  const MicroStepRows<T, Tindex>& step) {
+  const int64_t count = static_cast<int64_t>(*window.row_count);
+  absl::Status status = CheckCount(count, window.num_rows);
+  if (!status.ok()) return status;
+  RowGroups groups;
+  status = GroupRows<Tindex>(pool, step.indices, step.num_indices, window.num_rows, &groups);
+  if (!status.ok()) return status;
+  // Ids that would not fit: the distinct rows of the held ids and these fit (a
+  // table's distinct rows are its row count), validated before any write.
+  const bool fits = count + step.num_indices <= window.num_rows;
+  RowGroups distinct;
+  if (!fits) {
+    status = GroupIds(pool, HeldThenStep(window.row_ids, count, step.indices, step.num_indices),
+                      count, window.num_rows, &distinct);
+    if (!status.ok()) return status;
+  }
+
+  const int64_t dim = window.row_size;
+  const bool empty = count == 0;
+  const int64_t* rows = groups.rows();
+  T* accumulator = window.accumulator;
+  const T* values = step.values;
+  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  ForEachItem(pool, groups.num_unique(), RowCost<T>(dim), [&](int64_t begin, int64_t end) {
+    ForEachSpan(begin, end, {TableOf(accumulator)}, offset, length, [&](int64_t u, int64_t o) {
+      T* sum = accumulator + o;
+      int64_t p = groups.first(u);
+      const T* v = values + p * dim;
+      if (empty) {
+        std::copy_n(v, dim, sum);
+      } else {
+        for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+      }
+      for (p = groups.next(p); p >= 0; p = groups.next(p)) {
+        v = values + p * dim;
+        for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+      }
+    });
+  });
+
+  if (fits) {
+    std::copy_n(step.indices, step.num_indices, window.row_ids + count);
+    *window.row_count = static_cast<Tindex>(count + step.num_indices);
+  } else {
+    const int64_t kept = distinct.num_unique();
+    std::transform(distinct.rows(), distinct.rows() + kept, window.row_ids,
+                   [](int64_t row) { return static_cast<Tindex>(row); });
+    *window.row_count = static_cast<Tindex>(kept);
+  }
+  return absl::OkStatus();
+}
+
+template <typename T, typename Tindex>
+absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
+                                              const AccumulatorWindow<T, Tindex>& window,
+                                              const MicroStepRows<T, Tindex>& step) {
+  window_ = window;
+  step_ = step;
+  held_ = static_cast<int64_t>(*window.row_count);
+  const absl::Status status = CheckCount(held_, window.num_rows);
+  if (!status.ok()) return status;
+  ids_ = HeldThenStep(window.row_ids, held_, step.indices, step.num_indices);
+  return GroupIds(pool, ids_, held_, window.num_rows, &groups_);
+}
+
+template <typename T, typename Tindex>
+void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
+  const int64_t dim = window_.row_size;
+  const int64_t held = held_;
+  const int64_t num_groups = num_rows();
+  const int64_t* distinct = groups_.rows();
+  T* accumulator = window_.accumulator;
+  const T* values = step_.values;
+  // Each row's first value of the step (-1: the step does not name it): the loop below
+  // prefetches it with the row's accumulator row. The groups are in no order of the step's
+  // rows, so its values are read at random.
+  std::vector<int64_t> step_first(num_groups);
+  const Eigen::TensorOpCost chain_cost(4.0 * sizeof(int64_t), sizeof(int64_t), 10.0);
+  ForEachItem(pool, num_groups, chain_cost, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      int64_t p = groups_.first(u);
+      while (p >= 0 && p < held) p = groups_.next(p);
+      step_first[u] = p < 0 ? -1 : p - held;
+    }
+  });
+  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+  const auto prefetch = [&](int64_t u) {
+    if (groups_.first(u) < held) PrefetchForWrite(accumulator + distinct[u] * dim, row_bytes);
+    if (step_first[u] >= 0) {
+      const char* v = reinterpret_cast<const char*>(values + step_first[u] * dim);
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
+    }
+  };
+  ForEachItem(pool, num_groups, RowCost<T>(dim), [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      if (u + kPrefetchSpansMedium < end) prefetch(u + kPrefetchSpansMedium);
+      rows[u] = distinct[u];
+      T* sum = average + u * dim;
+      T* held_row = accumulator + distinct[u] * dim;
+      const bool is_held = groups_.first(u) < held;
+      int64_t p = step_first[u] < 0 ? -1 : step_first[u] + held;  // positions in order
+      if (!is_held) {
+        std::copy_n(values + (p - held) * dim, dim, sum);
+      } else if (p >= 0) {
+        const T* v = values + (p - held) * dim;
+        for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
+      } else {
+        for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
+      }
+      if (p >= 0) {
+        for (p = groups_.next(p); p >= 0; p = groups_.next(p)) {
+          const T* v = values + (p - held) * dim;
+          for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+        }
+      }
+      for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] / steps;
+      // The average is out of the accumulator: the window is applied.
+      if (is_held) std::fill_n(held_row, dim, T(0));
+    }
+  });
+  *window_.row_count = Tindex{0};
+}
+
+#define TF_OPT_OPS_INSTANTIATE_INDEX(T, Tindex)                                              \
+  template absl::Status SparseAccumulateRows<T, Tindex>(                                     \
+      const CpuPool&, const AccumulatorWindow<T, Tindex>&, const MicroStepRows<T, Tindex>&); \
+  template class WindowGradient<T, Tindex>;
+#define TF_OPT_OPS_INSTANTIATE(T)          \
+  TF_OPT_OPS_INSTANTIATE_INDEX(T, int32_t) \
+  TF_OPT_OPS_INSTANTIATE_INDEX(T, int64_t)
+TF_OPT_OPS_INSTANTIATE(Eigen::half)
+TF_OPT_OPS_INSTANTIATE(Eigen::bfloat16)
+TF_OPT_OPS_INSTANTIATE(float)
+TF_OPT_OPS_INSTANTIATE(double)
+#undef TF_OPT_OPS_INSTANTIATE
+#undef TF_OPT_OPS_INSTANTIATE_INDEX
+
+}  // namespace cpu
+}  // namespace tf_opt_ops
