@@ -121,7 +121,9 @@ def test_negative_zero_is_written_as_it_is_into_an_empty_window():
   """The window's first micro-step writes each row's first value (-0.0 stays -0.0); a later
   one adds to the accumulator (0 + -0.0 is +0.0), as the TensorFlow-op path does."""
   acc, ids, count = _window_variables("float32", np.int32, np.random.default_rng(1))
-  negative = tf.fill((1, DIM), -0.0)
+  # Not tf.fill of the scalar -0.0: eager mode caches scalar constants by value, and -0.0 ==
+  # 0.0, so a +0.0 made earlier in the process would be returned.
+  negative = tf.constant(np.full((1, DIM), -0.0, np.float32))
   ops.sparse_accumulate_rows(acc, ids, count, tf.constant([2]), negative)
   assert np.all(np.signbit(acc.numpy()[2]))
   ops.sparse_accumulate_rows(acc, ids, count, tf.constant([4]), negative)
