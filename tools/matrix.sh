@@ -53,6 +53,23 @@ summary="$out/summary.md"
 } > "$summary"
 failed=0
 declare -A done_pythons=()
+
+# Makes $venv anew and installs the requirements and the wheel into it, logging to $log. A
+# second try follows a failed first: a package index that drops a connection once (it has
+# happened) should not fail the matrix, while a requirement that cannot resolve fails twice.
+install_venv() {
+  local try
+  for try in 1 2; do
+    rm -rf "$venv"
+    echo "matrix: install, try $try" >> "$log"
+    if "${run[@]}" "$python" -m venv "$venv" >> "$log" 2>&1 &&
+       "${run[@]}" "$venv/bin/python" -m pip install -q --retries 10 "${requirements[@]}" \
+         "$wheel" >> "$log" 2>&1; then
+      return 0
+    fi
+  done
+  return 1
+}
 for py in "${pythons[@]}"; do
   [[ -z "${done_pythons[$py]:-}" ]] || continue
   done_pythons[$py]=1
@@ -90,10 +107,9 @@ for py in "${pythons[@]}"; do
     log="$root/$out/py$py-tf$minor.log"
     start=$SECONDS
     echo "matrix: Python $py, TensorFlow $minor: fresh venv with ${requirements[*]} and $(basename "$wheel")"
-    rm -rf "$venv"
     result=failed
-    if "${run[@]}" "$python" -m venv "$venv" > "$log" 2>&1 &&
-       "${run[@]}" "$venv/bin/python" -m pip install -q "${requirements[@]}" "$wheel" >> "$log" 2>&1; then
+    : > "$log"
+    if install_venv; then
       install_seconds=$((SECONDS - start))
       # Inside the repository, so that the chroots see it; nothing importable lies there.
       workdir="$(mktemp -d "$root/$out/work.XXXXXX")"
@@ -104,7 +120,9 @@ for py in "${pythons[@]}"; do
       rm -rf "$workdir"
       echo "matrix: installing took $install_seconds s" >> "$log"
     else
-      echo "matrix: installing failed; see $log" >&2
+      # CI keeps only this output: the log's end says which requirement failed and why.
+      echo "matrix: installing failed; the end of $log:" >&2
+      tail -n 25 "$log" | sed 's/^/  | /' >&2
     fi
     counts="$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$log" | tail -n1 | tr -d '=' | xargs)"
     echo "| $py | $minor ($tf_pin) | $tf_package | $result: ${counts:-no pytest summary} | $((SECONDS - start)) |" >> "$summary"
