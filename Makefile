@@ -104,7 +104,7 @@ fbgemm-tests:
 # Formatting is the tools' (.style.yapf, .clang-format); `make lint` checks it
 # and runs ruff (ruff.toml). CI runs `make lint`.
 PY_SRC_DIRS := python benchmarks demo tests gpu_check tools
-CXX_SRCS = $(wildcard tf_opt_ops/*/*.h tf_opt_ops/*/*.cc gpu_check/*.cc serving/*.c)
+CXX_SRCS = $(wildcard tf_opt_ops/*/*.h tf_opt_ops/*/*.cc gpu_check/*.cc serving/*.c benchmarks/*.cc)
 
 clang-format:
 	@command -v clang-format >/dev/null || { $(SUDO) apt-get update -qq && \
