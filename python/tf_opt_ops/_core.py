@@ -385,7 +385,8 @@ def caught_up_average(values, average, synced, count, ema_momentum):
   return values + decay * (average - values)
 
 
-def moving_average_update(var, average, synced, count, grad, ema_momentum, update):
+def moving_average_update(var, average, synced, count, grad, ema_momentum, update,
+                          fused_update=None):
   """Brings the average of the rows `grad` is about to change up to date, then runs `update()`
   (the update of `var` by `grad`), returning what it returns.
 
@@ -396,12 +397,17 @@ def moving_average_update(var, average, synced, count, grad, ema_momentum, updat
   touches the rows of a sparse `grad` only. This step's own EMA move toward the
   updated row is one more step the row then missed, which the next catch-up
   takes. A sparse `grad` outside XLA runs one fused op (XLA has no kernel for
-  it); the other cases, these TensorFlow ops.
+  it): `fused_update(moving_average)`, where given, on the CPU (the update with the
+  catch-up in its own pass, `ops.sparse_lazy_adam`'s `moving_average`), else the
+  moving-average op before `update()`; the other cases, these TensorFlow ops.
   """
   rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
   applied = count.read_value()
-  if rows is not None and not _tf_private.in_xla_context():
-    # ema_momentum as the ops below take it: tf.cast to the table's dtype.
+  in_op = rows is not None and not _tf_private.in_xla_context()
+  # ema_momentum as the ops below take it: tf.cast to the table's dtype.
+  if in_op and fused_update is not None and not _on_gpu(var):
+    return fused_update((average, synced, applied, tf.cast(ema_momentum, var.dtype)))
+  if in_op:
     caught_up = ops.sparse_moving_average(average, synced, var, rows, count=applied,
                                           ema_momentum=tf.cast(ema_momentum, var.dtype),
                                           dtype=var.dtype)
@@ -621,7 +627,8 @@ class LazyAdamMixin:
 
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
-              indices=None, fused_dense=False, on_mesh=False, light=None, weight_decay=None):
+              indices=None, fused_dense=False, on_mesh=False, light=None, weight_decay=None,
+              moving_average=None):
   """Lazy Adam on `var` with slots `m`, `v`; the math is the op's (`ops.sparse_lazy_adam`).
 
   `grad` is a `tf.IndexedSlices` (or its values with `indices` given): only the
@@ -637,9 +644,14 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   V2 op, which alone knows the light layout. `weight_decay` (None: none):
   stock Keras' decoupled decay before the update (`decay_weights`), fused into
   the op's pass where the op runs, of the rows a sparse `grad` names (all rows
-  of a dense one).
+  of a dense one). `moving_average`: the EMA state `moving_average_update` hands its
+  `fused_update`, for the op that keeps the average in its own pass (sparse `grad`, the
+  default slots, outside XLA).
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
+  if moving_average is not None and (light is not None or on_mesh or indices is None):
+    raise ValueError("lazy_adam: moving_average= runs only in the sparse op with the default "
+                     "slots; bring the average up to date first (moving_average_update).")
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
   if hasattr(m, "shape") and hasattr(var, "shape"):  # not bare handles
     want_dtype = light["slot_dtype"] if light else dtype
@@ -669,7 +681,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   if indices is not None:
     return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
-                                weight_decay=weight_decay, **scalars)
+                                weight_decay=weight_decay, moving_average=moving_average, **scalars)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
   if fused_dense and dtype in (tf.float32, tf.float64):
     return tf.raw_ops.ResourceApplyAdam(var=handle(var), m=handle(m), v=handle(v), grad=grad,

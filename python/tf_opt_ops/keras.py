@@ -147,15 +147,15 @@ class _Keras3Mixin:
     return (_tf_variable(variable), _tf_variable(self._model_variables_moving_average[index]),
             _tf_variable(self._average_synced[index]), _tf_variable(self._average_counts[index]))
 
-  def _with_moving_average(self, gradient, variable, update):
+  def _with_moving_average(self, gradient, variable, update, fused_update=None):
     """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
-    on the rows it changes."""
+    on the rows it changes (`fused_update`: `_core.moving_average_update`'s)."""
     if not self._lazy_average:
       return update()
     # The base class's first step (momentum 0) sets every average to its variable afterwards
     # (`_update_model_variables_moving_average`).
     return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
-                                       update)
+                                       update, fused_update)
 
   def _update_model_variables_moving_average(self, trainable_variables):
     if not self._lazy_average:
@@ -280,16 +280,19 @@ class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
 
   def update_step(self, gradient, variable, learning_rate):
     index = self._get_variable_index(variable)
+    light = self._light_options(variable)
 
-    def update():
-      # The op decays the rows it updates, in the same pass.
+    def update(moving_average=None):
+      # The op decays the rows it updates (and with `moving_average` keeps their average), in
+      # the same pass.
       return _core.lazy_adam(_tf_variable(variable), self._momentums[index],
                              self._velocities[index], gradient, lr=learning_rate,
                              beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
-                             step=self.iterations + 1, light=self._light_options(variable),
-                             weight_decay=self._weight_decay_of(variable))
+                             step=self.iterations + 1, light=light,
+                             weight_decay=self._weight_decay_of(variable),
+                             moving_average=moving_average)
 
-    self._with_moving_average(gradient, variable, update)
+    self._with_moving_average(gradient, variable, update, update if light is None else None)
 
 
 class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Optimizer):

@@ -27,6 +27,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdamV2",
     "TfOptOps>ResourceSparseApplyLazyAdamW",
     "TfOptOps>ResourceSparseApplyLazyAdamWV2",
+    "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
+    "TfOptOps>ResourceSparseApplyLazyAdamWAveraged",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
@@ -44,7 +46,7 @@ _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
                      beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
                      rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
-                     weight_decay=None, name=None):
+                     weight_decay=None, moving_average=None, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
@@ -62,6 +64,13 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   weight_decay * lr` in `var`'s dtype, on each row `indices` names, once, before
   its update (op `TfOptOps>ResourceSparseApplyLazyAdamW`, or `...WV2` for light
   slots).
+
+  `moving_average` (None: none): `(average, synced, count, ema_momentum)`, the
+  arguments of `sparse_moving_average`, whose catch-up of each row's average then runs
+  in the same pass, before the row's update (op
+  `TfOptOps>ResourceSparseApplyLazyAdamAveraged`, `...WAveraged` with `weight_decay`):
+  the numbers of `sparse_moving_average` followed by this update. CPU only, slots of
+  `var`'s dtype only.
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -78,9 +87,20 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   if not rowwise_second_moment and not stochastic_rounding and (slot_dtype == grad.dtype or
                                                                 slot_dtype not in light_types or
                                                                 grad.dtype not in light_types):
+    if moving_average is not None:
+      average, synced, count, ema_momentum = moving_average
+      op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_averaged if weight_decay is None else
+            lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w_averaged)
+      return op(**inputs, average=_handle(average), synced=_handle(synced),
+                count=tf.cast(count, tf.int32),
+                ema_momentum=_table_momentum(ema_momentum, grad.dtype))
     op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam if weight_decay is None else
           lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w)
     return op(**inputs)
+  if moving_average is not None:
+    raise ValueError("sparse_lazy_adam: moving_average= needs slots of var's dtype (op "
+                     "ResourceSparseApplyLazyAdamAveraged); with light slots, run "
+                     "sparse_moving_average first, then this update.")
   op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2 if weight_decay is None else
         lib.tf_opt_ops_resource_sparse_apply_lazy_adam_wv2)
   return op(**inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
@@ -221,13 +241,17 @@ def sparse_moving_average(average, synced, var, indices, *, count, ema_momentum,
       raise ValueError("sparse_moving_average: pass dtype= (the table's) with a bare resource "
                        "handle as average.")
   dtype = tf.as_dtype(dtype)
-  s = scalar_dtype(dtype)
-  # The kernel rounds the momentum to the table's dtype: exact both ways.
-  ema_momentum = tf.cast(tf.cast(_scalar(ema_momentum, s), dtype), s)
   return load_library().tf_opt_ops_resource_sparse_apply_lazy_moving_average(
       average=_handle(average), synced=_handle(synced), var=_handle(var), indices=indices,
-      count=tf.cast(count, tf.int32), ema_momentum=ema_momentum, T=dtype, use_locking=use_locking,
-      name=name)
+      count=tf.cast(count, tf.int32), ema_momentum=_table_momentum(ema_momentum, dtype), T=dtype,
+      use_locking=use_locking, name=name)
+
+
+def _table_momentum(ema_momentum, dtype):
+  """The EMA momentum as the ops take it for a table of `dtype`: rounded to `dtype`, in the
+  scalar dtype (the kernels round it to the table's dtype too: exact both ways)."""
+  s = scalar_dtype(dtype)
+  return tf.cast(tf.cast(_scalar(ema_momentum, s), dtype), s)
 
 
 def sparse_accumulate_rows(accumulator, row_ids, row_count, indices, values, name=None):

@@ -120,13 +120,13 @@ class _TfKerasMixin:
     return (variable, self._model_variables_moving_average[index], self._average_synced[index],
             self._average_counts[index])
 
-  def _with_moving_average(self, gradient, variable, update):
+  def _with_moving_average(self, gradient, variable, update, fused_update=None):
     """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
-    on the rows it changes."""
+    on the rows it changes (`fused_update`: `_core.moving_average_update`'s)."""
     if not self._lazy_average:
       return update()
     return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
-                                       update)
+                                       update, fused_update)
 
   def _update_model_variables_moving_average(self, var_list):
     if not self._lazy_average:
@@ -303,16 +303,19 @@ class LazyAdam(_core.LazyAdamMixin, _TfKerasMixin, keras2.optimizers.Adam):
 
   def update_step(self, gradient, variable):
     index = self._index(variable)
+    light = self._light_options(variable)
 
-    def update():
-      # The op decays the rows it updates, in the same pass.
+    def update(moving_average=None):
+      # The op decays the rows it updates (and with `moving_average` keeps their average), in
+      # the same pass.
       return _core.lazy_adam(variable, self._momentums[index], self._velocities[index], gradient,
                              lr=self.learning_rate, beta_1=self.beta_1, beta_2=self.beta_2,
                              epsilon=self.epsilon, step=self.iterations + 1, on_mesh=self._on_mesh,
-                             light=self._light_options(variable),
-                             weight_decay=self._weight_decay_of(variable))
+                             light=light, weight_decay=self._weight_decay_of(variable),
+                             moving_average=moving_average)
 
-    return self._with_moving_average(gradient, variable, update)
+    fused = update if light is None and not self._on_mesh else None
+    return self._with_moving_average(gradient, variable, update, fused)
 
 
 class ClippyAdagrad(_core.ClippyAdagradMixin, _TfKerasMixin, keras2.optimizers.Optimizer):

@@ -126,7 +126,9 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyRowwiseAdagrad", "TfOptOps>ResourceSparseApplyLazyMovingAverage",
       "TfOptOps>ResourceSparseApplyLazyAdamW", "TfOptOps>ResourceSparseApplyLazyAdamWV2",
       "TfOptOps>ResourceSparseApplyClippyAdagradW", "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
-      "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient"
+      "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient",
+      "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
+      "TfOptOps>ResourceSparseApplyLazyAdamWAveraged"
   }
 
   @tf.function

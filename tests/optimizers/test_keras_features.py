@@ -360,8 +360,25 @@ def test_weight_decay_decays_the_updated_rows(flavor, opt_name, exclude_bias, mo
 EMA_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no EMA
 EMA_MOMENTUM = 0.8
 EMA_STEPS = 5
-# The fused op of the sparse rows' EMA outside XLA (inside, TensorFlow's ops).
+# The fused ops of the sparse rows' EMA outside XLA (inside, TensorFlow's ops): on the CPU
+# LazyAdam keeps the average in its update's own pass; ClippyAdagrad runs the moving-average op
+# before its update.
 EMA_OP = "TfOptOps>ResourceSparseApplyLazyMovingAverage"
+EMA_SPARSE_OPS = {
+    "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
+    "ClippyAdagrad": SPARSE_OPS["ClippyAdagrad"],
+}
+
+
+def _assert_ema_graph(step, opt_name, batch, sparse_ops=None):
+  """`step`'s graph stays sparse, its EMA in the fused ops: LazyAdam's op keeps the average
+  (no moving-average op, no separate update), ClippyAdagrad's runs after the moving-average
+  op."""
+  types = _assert_graph_stays_sparse(step, opt_name, batch, sparse_ops or EMA_SPARSE_OPS)
+  if opt_name == "LazyAdam":
+    assert EMA_OP not in types and SPARSE_OPS[opt_name] not in types, sorted(types)
+  else:
+    assert EMA_OP in types, sorted(types)
 
 
 def _average_variables(opt):
@@ -419,8 +436,7 @@ def test_ema_is_stocks_and_touches_the_updated_rows(flavor, opt_name, overwrite,
   np.testing.assert_allclose(table.numpy(), stock.averages[0], **FLOAT32_TOL)
   np.testing.assert_allclose(bias.numpy(), stock.averages[1], **FLOAT32_TOL)
   if mode == "function":
-    _assert_graph_stays_sparse(step, opt_name, _batches()[0])
-    assert EMA_OP in _graph_op_types(step, *map(tf.constant, _batches()[0]))
+    _assert_ema_graph(step, opt_name, _batches()[0])
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
@@ -451,6 +467,43 @@ def test_ema_resumes_from_a_checkpoint_bit_identical(tmp_path, flavor, opt_name)
   state = [_all_values(r) for r in (resumed, whole)]
   assert len(state[0]) == len(state[1])
   for ours, theirs in zip(*state):
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("weight_decay", [None, 0.01], ids=["plain", "weight-decay"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("flavor", EMA_FLAVORS)
+def test_lazy_adam_ema_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, flavor, mode,
+                                                            weight_decay):
+  """LazyAdam on the CPU keeps the average in its update's pass (ResourceSparseApplyLazyAdam
+  [W]Averaged): every variable, the averages and their sync steps included, equals the run of
+  the moving-average op followed by the update (the path of a GPU variable) bit for bit."""
+  from tf_opt_ops import _core
+
+  options = dict(OPTIONS, use_ema=True, ema_momentum=EMA_MOMENTUM, weight_decay=weight_decay)
+  make = common.flavor_module(flavor).LazyAdam
+  batches = _batches(steps=EMA_STEPS)
+  runs = {}
+  for path in ("one op", "two ops"):
+    with monkeypatch.context() as patch:
+      if path == "two ops":
+        patch.setattr(_core, "_on_gpu", lambda var: True)
+      run_ = (*_variables(flavor), make(**options))
+      table, bias, opt = run_
+      step = MODES[mode](_train_step(opt, table, bias))
+      for values, indices, bias_grad in batches:
+        step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+      if mode == "function":
+        sparse_ops = dict(EMA_SPARSE_OPS)
+        if weight_decay:
+          sparse_ops["LazyAdam"] = "TfOptOps>ResourceSparseApplyLazyAdamWAveraged"
+        if path == "one op":
+          _assert_ema_graph(step, "LazyAdam", batches[0], sparse_ops)
+        else:
+          assert EMA_OP in _graph_op_types(step, *map(tf.constant, batches[0]))
+    runs[path] = _all_values(run_)
+  assert len(runs["one op"]) == len(runs["two ops"])
+  for ours, theirs in zip(runs["one op"], runs["two ops"]):
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -506,8 +559,7 @@ def test_ema_with_gradient_accumulation_is_stocks_and_stays_lazy(opt_name, overw
   np.testing.assert_allclose(table.numpy(), averages[0], **FLOAT32_TOL)
   np.testing.assert_allclose(bias.numpy(), averages[1], **FLOAT32_TOL)
   if mode == "function":
-    _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
-    assert EMA_OP in _graph_op_types(step, *map(tf.constant, _micro_batches()[0]))
+    _assert_ema_graph(step, opt_name, _micro_batches()[0])
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)

@@ -67,8 +67,23 @@ absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, 
   return avx::SparseApplyRowwiseAdagrad<T, Tindex>(pool, grad, var, accum, step);
 }
 
+template <typename T, typename Tindex>
+absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                                         T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step,
+                                         const LazyAverage<T>& average) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return avx512::SparseApplyLazyAdamAveraged<T, Tindex>(pool, grad, var, m, v, step, average);
+    case CpuIsa::kAvx2:
+      return avx2::SparseApplyLazyAdamAveraged<T, Tindex>(pool, grad, var, m, v, step, average);
+    case CpuIsa::kAvx:
+      break;
+  }
+  return avx::SparseApplyLazyAdamAveraged<T, Tindex>(pool, grad, var, m, v, step, average);
+}
+
 TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)
-TF_OPT_OPS_CPU_ROWWISE_TYPES(TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE)
+TF_OPT_OPS_CPU_TABLE_TYPES(TF_OPT_OPS_CPU_TABLE_INSTANTIATE)
 
 }  // namespace cpu
 }  // namespace tf_opt_ops

@@ -148,6 +148,37 @@ absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex
   return absl::OkStatus();
 }
 
+template <typename T, typename Tindex>
+absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
+                                         T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step,
+                                         const LazyAverage<T>& lazy) {
+  using C = ComputeT<T>;
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
+  if (!status.ok()) return status;
+  const int64_t dim = touched.dim;
+  const int64_t* rows = touched.groups.rows();
+  T* average = lazy.average;
+  int32_t* synced = lazy.synced;
+  // Per row: read var, m, v, average, g and synced; write all but g. The
+  // average reads the var row the update then reads again, from cache.
+  const Eigen::TensorOpCost cost(dim * 5.0 * sizeof(T) + sizeof(int32_t),
+                                 dim * 4.0 * sizeof(T) + sizeof(int32_t), 30.0 * dim + 40.0);
+  touched.grad_rows.Visit([&](const auto* g) {
+    ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+      MovingAverageDecayCache<T, C> decay_of(lazy.step);
+      ForEachSpan(begin, end,
+                  {TableOf(var), TableOf(m), TableOf(v), TableOf(average), TableOf(synced, dim)},
+                  touched.offset(), touched.length(), [&](int64_t u, int64_t o) {
+                    CatchUpAverageRow<T>(decay_of, average + o, var + o, dim, synced + rows[u]);
+                    LazyAdamRow<false, T, T>(var + o, m + o, v + o, g + u * dim, dim, step,
+                                             RowNoise{});
+                  });
+    });
+  });
+  return absl::OkStatus();
+}
+
 template <typename T, typename A>
 ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad, T* var, A* accum,
                                const ClippyStep<ComputeT<T>>& step) {
@@ -205,7 +236,7 @@ absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, 
 }
 
 TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)
-TF_OPT_OPS_CPU_ROWWISE_TYPES(TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE)
+TF_OPT_OPS_CPU_TABLE_TYPES(TF_OPT_OPS_CPU_TABLE_INSTANTIATE)
 
 }  // namespace TF_OPT_OPS_CPU_ISA_NAMESPACE
 }  // namespace cpu

@@ -29,6 +29,16 @@ struct SparseGrad {
   int64_t row_size;
 };
 
+// A table's lazily kept moving average (op ResourceSparseApplyLazyAdamAveraged):
+// the average, of the table's shape and type, each row's count of EMA steps
+// when its average was last brought up to date, and the step.
+template <typename T>
+struct LazyAverage {
+  T* average;
+  int32_t* synced;
+  MovingAverageStep<ComputeT<T>> step;
+};
+
 // The entry points, declared for each instruction-set level (cpu_isa.h):
 // cpu_kernels.cc is compiled once per level into its namespace (cpu::avx,
 // cpu::avx2, cpu::avx512), and the entry points of cpu:: itself
@@ -51,6 +61,11 @@ struct SparseGrad {
 // ResourceSparseApplyRowwiseAdagrad): the index check of SparseApplyLazyAdam,
 // then one update per distinct row, `accum` holding one value of the compute
 // type per row of var.
+//
+// SparseApplyLazyAdamAveraged: SparseApplyLazyAdam with slots of the table's
+// type (op ResourceSparseApplyLazyAdamAveraged), each distinct row's average
+// first brought up to date from the row's value before its update, as
+// SparseApplyLazyMovingAverage (cpu_moving_average.h) does, in the same pass.
 #define TF_OPT_OPS_CPU_KERNELS_DECLARATIONS                                                        \
   template <typename T, typename S, typename Tindex>                                               \
   absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var, \
@@ -66,7 +81,11 @@ struct SparseGrad {
   template <typename T, typename Tindex>                                                           \
   absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,   \
                                          T* var, ComputeT<T>* accum,                               \
-                                         const RowwiseAdagradStep<ComputeT<T>>& step);
+                                         const RowwiseAdagradStep<ComputeT<T>>& step);             \
+  template <typename T, typename Tindex>                                                           \
+  absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, \
+                                           T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step,  \
+                                           const LazyAverage<T>& average);
 
 // Every (variable, slot or accumulator) type pair the entry points are
 // instantiated for: each variable type of the ops (half, bfloat16, float,
@@ -99,16 +118,20 @@ struct SparseGrad {
   TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, int32_t)                                 \
   TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, int64_t)
 
-// Row-wise Adagrad's table types (its accumulator is of the compute type), and
-// the instantiations of its entry point for one, with both index types.
-#define TF_OPT_OPS_CPU_ROWWISE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
-#define TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE_INDEX(T, Tindex)           \
-  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(         \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*, \
-      const RowwiseAdagradStep<ComputeT<T>>&);
-#define TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE(T)          \
-  TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE_INDEX(T, int32_t) \
-  TF_OPT_OPS_CPU_ROWWISE_INSTANTIATE_INDEX(T, int64_t)
+// The table types of the entry points whose state has the table's type or
+// the compute type (row-wise Adagrad, lazy Adam with its moving average), and
+// the instantiations of those entry points for one, with both index types.
+#define TF_OPT_OPS_CPU_TABLE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
+#define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                     \
+  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(                                 \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*,                         \
+      const RowwiseAdagradStep<ComputeT<T>>&);                                                \
+  template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                               \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&, \
+      const LazyAverage<T>&);
+#define TF_OPT_OPS_CPU_TABLE_INSTANTIATE(T)          \
+  TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int32_t) \
+  TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int64_t)
 
 TF_OPT_OPS_CPU_KERNELS_DECLARATIONS
 namespace avx {

@@ -4,43 +4,10 @@
 
 #include "tf_opt_ops/core/cpu_moving_average.h"
 
-#include <array>
-
 #include "tf_opt_ops/core/cpu_row_loops.h"
 
 namespace tf_opt_ops {
 namespace cpu {
-namespace {
-
-// MovingAverageDecay of the rows one thread works on, remembered by the
-// number of steps a row missed (the last one seen of each value modulo
-// kSize): a row's decay is a pow, which cost as much as a fifth of the row
-// loop, and the rows of a step missed far fewer distinct counts than there
-// are rows. The same function of the same count: the same bits.
-template <typename T, typename C>
-class DecayCache {
- public:
-  explicit DecayCache(const MovingAverageStep<C>& step) : step_(step) { missed_.fill(-1); }
-
-  C operator()(int32_t synced) {
-    const uint32_t missed = static_cast<uint32_t>(step_.count) - static_cast<uint32_t>(synced);
-    const uint32_t slot = missed % kSize;
-    if (missed_[slot] != missed) {
-      missed_[slot] = missed;
-      decay_[slot] = MovingAverageDecay<T, C>(step_, synced);
-    }
-    return decay_[slot];
-  }
-
- private:
-  static constexpr uint32_t kSize = 256;
-  const MovingAverageStep<C> step_;
-  std::array<int64_t, kSize> missed_;  // -1: empty
-  std::array<C, kSize> decay_;
-};
-
-}  // namespace
-
 template <typename T, typename Tindex>
 absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
                                           const MovingAverageRows<Tindex>& rows, const T* var,
@@ -59,13 +26,10 @@ absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
   const Eigen::TensorOpCost cost(dim * 2.0 * sizeof(T) + sizeof(int32_t),
                                  dim * 1.0 * sizeof(T) + sizeof(int32_t), 10.0 * dim + 40.0);
   ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
-    DecayCache<T, C> decay_of(step);
+    MovingAverageDecayCache<T, C> decay_of(step);
     ForEachSpan(begin, end, {TableOf(average), TableOf(var), TableOf(synced, dim)}, offset, length,
                 [&](int64_t u, int64_t o) {
-                  const int64_t row = distinct[u];
-                  const C decay = decay_of(synced[row]);
-                  MovingAverageRow<T, C>(average + o, var + o, dim, decay);
-                  synced[row] = step.count;
+                  CatchUpAverageRow<T>(decay_of, average + o, var + o, dim, synced + distinct[u]);
                 });
   });
   return absl::OkStatus();

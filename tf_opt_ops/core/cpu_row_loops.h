@@ -6,6 +6,7 @@
 #ifndef TF_OPT_OPS_CORE_CPU_ROW_LOOPS_H_
 #define TF_OPT_OPS_CORE_CPU_ROW_LOOPS_H_
 
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -178,6 +179,49 @@ class SummedGradRows {
   const T* grad_ = nullptr;
   std::unique_ptr<C, Free> summed_;
 };
+
+// MovingAverageDecay of the rows one thread works on, remembered by the
+// number of steps a row missed (the last one seen of each value modulo
+// kDecayCacheSize): a row's decay is a pow, which cost as much as a fifth of
+// the row loop, and the rows of a step missed far fewer distinct counts than
+// there are rows. The same function of the same count: the same bits. (The
+// size at namespace scope: a static member would be a weak symbol, which the
+// per-level copies of cpu_kernels.cc cannot keep local.)
+constexpr uint32_t kDecayCacheSize = 256;
+template <typename T, typename C>
+class MovingAverageDecayCache {
+ public:
+  explicit MovingAverageDecayCache(const MovingAverageStep<C>& step) : step_(step) {
+    missed_.fill(-1);
+  }
+
+  C operator()(int32_t synced) {
+    const uint32_t missed = static_cast<uint32_t>(step_.count) - static_cast<uint32_t>(synced);
+    const uint32_t slot = missed % kDecayCacheSize;
+    if (missed_[slot] != missed) {
+      missed_[slot] = missed;
+      decay_[slot] = MovingAverageDecay<T, C>(step_, synced);
+    }
+    return decay_[slot];
+  }
+
+  int32_t count() const { return step_.count; }
+
+ private:
+  const MovingAverageStep<C> step_;
+  std::array<int64_t, kDecayCacheSize> missed_;  // -1: empty
+  std::array<C, kDecayCacheSize> decay_;
+};
+
+// Brings one row's average (`n` elements) up to date from the row's value in
+// var, which has not changed since *synced, and stamps *synced with the
+// step's count: the row step of every lazy moving average on the CPU.
+template <typename T, typename C>
+void CatchUpAverageRow(MovingAverageDecayCache<T, C>& decay_of, T* average, const T* var, int64_t n,
+                       int32_t* synced) {
+  MovingAverageRow<T, C>(average, var, n, decay_of(*synced));
+  *synced = decay_of.count();
+}
 
 }  // namespace tf_opt_ops
 

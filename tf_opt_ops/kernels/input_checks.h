@@ -56,6 +56,17 @@ inline absl::Status CheckRowSlotShape(const char* name, const tensorflow::Tensor
                          shape.DebugString(), " vs ", first_name, " ", first_shape.DebugString());
 }
 
+// A moving average's sync steps (synced): one int32 per row of `table_name`.
+inline absl::Status CheckSyncedShape(const char* name, const tensorflow::TensorShape& shape,
+                                     const char* table_name, const tensorflow::TensorShape& table) {
+  // A 0-D table is the op's own error, which names it.
+  if (table.dims() == 0 || IsRowSlotShape(shape, table)) return absl::OkStatus();
+  return InvalidArgument(name, " holds one step count per row of ", table_name,
+                         ", so its shape must be [", table.dim_size(0), "]: ", name, " ",
+                         shape.DebugString(), " vs ", table_name, " ", table.DebugString(),
+                         ": create ", name, " with shape [", table_name, ".shape[0]].");
+}
+
 // A slot whose shape is not its variable's.
 inline absl::Status CheckSameShape(const char* name, const tensorflow::TensorShape& shape,
                                    const char* first_name,

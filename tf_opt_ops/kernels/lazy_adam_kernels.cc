@@ -1,5 +1,6 @@
 // Sparse lazy Adam: OpKernel (validation, locking), the CPU functor, and the
-// GPU functor calling the launcher of lazy_adam_kernels.cu.cc.
+// GPU functor calling the launcher of lazy_adam_kernels.cu.cc; and the
+// CPU-only OpKernel of lazy Adam with its moving average.
 #define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
 #if GOOGLE_CUDA
 #define EIGEN_USE_GPU  // Eigen::GpuDevice, for the op's stream
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "tf_opt_ops/core/cpu_kernels.h"
+#include "tf_opt_ops/core/lazy_adam_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
@@ -112,6 +114,106 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   bool decays_;  // a W op: the weight decay is its last input
   AdamStateLayout layout_;
 };
+
+namespace {
+
+// The averaged ops' variables: var, m, v and average of the gradient's dtype,
+// synced int32.
+absl::Status AveragedDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                                   tensorflow::DataType want, tensorflow::DataType) {
+  if (static_cast<int>(k) != lazy_adam_averaged::kSyncedSlot) {
+    return VariableDtypeMismatch(name, got, want);
+  }
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got),
+                         " but must be int32: create ", name,
+                         " as an int32 variable of one step count per row of var.");
+}
+
+constexpr VariableErrors kAveragedErrors{AveragedDtypeMismatch, CheckSyncedShape};
+
+}  // namespace
+
+// Ops ResourceSparseApplyLazyAdamAveraged and its W op: the lazy Adam of
+// SparseApplyLazyAdamOp (slots of the table's type) with the moving average's
+// catch-up in the same pass (cpu::SparseApplyLazyAdamAveraged). CPU only: on
+// GPUs and in XLA the optimizers run the moving-average op, then lazy Adam.
+template <typename T, typename Tindex>
+class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyLazyAdamAveragedOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    decays_ = lazy_adam_averaged::HasWeightDecay(ctx->num_inputs());
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace lazy_adam;           // NOLINT: the input names
+    using namespace lazy_adam_averaged;  // NOLINT: the input names
+    LockedVariables<CPUDevice, T> vars;
+    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
+    OP_REQUIRES_OK(
+        ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true,
+                          {kVariableInputs, kVariableInputs + lazy_adam_averaged::kNumVariables},
+                          {lazy_adam_averaged::kVariableNames,
+                           lazy_adam_averaged::kVariableNames + lazy_adam_averaged::kNumVariables},
+                          {t, t, t, t, tensorflow::DT_INT32}, kSyncedSlot, kAveragedErrors));
+    Hyperparameters<C> hyper;
+    for (int k = 0; k < kNumHyperparameters; ++k) {
+      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
+                                     &hyper.values[k]));
+    }
+    if (decays_) {
+      C weight_decay;
+      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kWeightDecay, kWeightDecayName, &weight_decay));
+      hyper.SetWeightDecay(weight_decay);
+    }
+    int32_t count = 0;
+    C ema_momentum;
+    OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kAverageScalarNames[0], &count));
+    OP_REQUIRES_OK(ctx, ReadScalar<C>(ctx, kEmaMomentum, kAverageScalarNames[1], &ema_momentum));
+    Tensor* var = vars.tensor(0);
+    Tensor* m = vars.tensor(1);
+    Tensor* v = vars.tensor(2);
+    Tensor* average = vars.tensor(3);
+    Tensor* synced = vars.tensor(kSyncedSlot);
+    const Tensor& grad = ctx->input(kGrad);
+    const Tensor& indices = ctx->input(kIndices);
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
+    if (indices.NumElements() == 0) return;
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    const cpu::LazyAverage<T> lazy{average->flat<T>().data(), synced->flat<int32_t>().data(),
+                                   MakeMovingAverageStep<T, C>(ema_momentum, count)};
+    OP_REQUIRES_OK(ctx,
+                   cpu::SparseApplyLazyAdamAveraged<T, Tindex>(
+                       pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+                       m->flat<T>().data(), v->flat<T>().data(), hyper.Step(), lazy));
+  }
+
+ private:
+  bool use_locking_;
+  bool decays_;  // the W op: the weight decay is its last input
+};
+
+#define TF_OPT_OPS_REGISTER_AVERAGED(Op, T, Tindex)                   \
+  TF_OPT_OPS_REGISTER_KERNEL(Name(Op)                                 \
+                                 .Device(tensorflow::DEVICE_CPU)      \
+                                 .TypeConstraint<T>("T")              \
+                                 .TypeConstraint<Tindex>("Tindices"), \
+                             SparseApplyLazyAdamAveragedOp<T, Tindex>);
+#define TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, Tindex)                                     \
+  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamAveraged", T, Tindex) \
+  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamWAveraged", T, Tindex)
+#define TF_OPT_OPS_REGISTER_AVERAGED_T(T)        \
+  TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, int32_t) \
+  TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, int64_t)
+TF_OPT_OPS_REGISTER_AVERAGED_T(Eigen::half)
+TF_OPT_OPS_REGISTER_AVERAGED_T(Eigen::bfloat16)
+TF_OPT_OPS_REGISTER_AVERAGED_T(float)
+TF_OPT_OPS_REGISTER_AVERAGED_T(double)
+#undef TF_OPT_OPS_REGISTER_AVERAGED_T
+#undef TF_OPT_OPS_REGISTER_AVERAGED_INDEX
+#undef TF_OPT_OPS_REGISTER_AVERAGED
 
 // The kernels of the four ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float

@@ -87,17 +87,6 @@ absl::Status DtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
                          ": create the average with the dtype of the table it averages.");
 }
 
-// synced: one int32 per row of average.
-absl::Status CheckSyncedShape(const char* name, const TensorShape& shape, const char* average_name,
-                              const TensorShape& average) {
-  // A 0-D average is ValidateRows' error, which names it.
-  if (average.dims() == 0 || IsRowSlotShape(shape, average)) return absl::OkStatus();
-  return InvalidArgument(name, " holds one step count per row of ", average_name,
-                         ", so its shape must be [", average.dim_size(0), "]: ", name, " ",
-                         shape.DebugString(), " vs ", average_name, " ", average.DebugString(),
-                         ": create ", name, " with shape [", average_name, ".shape[0]].");
-}
-
 constexpr VariableErrors kErrors{DtypeMismatch, CheckSyncedShape};
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Op registration: sparse lazy Adam on resource variables.
 #include "tensorflow/core/framework/op.h"
+#include "tf_opt_ops/core/lazy_adam_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
 
@@ -210,6 +211,67 @@ light-slot update of ResourceSparseApplyLazyAdamV2.
 
 weight_decay: the decay, a scalar of Tscalar (float32); the other inputs and
 attrs are ResourceSparseApplyLazyAdamV2's.
+)doc");
+
+// The ops of lazy Adam with the table's moving average kept in the same
+// pass: lazy Adam's inputs, then the moving average's (the W op adds the
+// weight decay last).
+#define TF_OPT_OPS_LAZY_ADAM_AVERAGED_INPUTS             \
+  TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("average: resource") \
+      .Input("synced: resource")                         \
+      .Input("count: int32")                             \
+      .Input("ema_momentum: Tscalar")
+
+static absl::Status LazyAdamAveragedShape(InferenceContext* c, bool decays) {
+  using namespace lazy_adam_averaged;  // NOLINT: the input names
+  TF_RETURN_IF_ERROR(LazyAdamShape(c, /*decays=*/false));
+  ShapeHandle table;
+  TF_RETURN_IF_ERROR(MergeVariables(c, {lazy_adam::kVar, kAverage}, &table));
+  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstAverageScalar, kNumAverageScalars));
+  if (decays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, kWeightDecay, 1));
+  ShapeHandle unused;
+  return c->WithRankAtMost(VariableShape(c, kSynced), 1, &unused);
+}
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamAveraged")
+    .TF_OPT_OPS_LAZY_ADAM_AVERAGED_INPUTS.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamAveragedShape(c, /*decays=*/false); })
+    .Doc(R"doc(
+ResourceSparseApplyLazyAdam with the table's lazy moving average kept in the same pass.
+
+For each distinct row i that indices names, the average of the row is first
+brought up to date from the row's value before this step's update, exactly as
+ResourceSparseApplyLazyMovingAverage does (its doc states it), and synced[i]
+set to count; then the row is updated as ResourceSparseApplyLazyAdam does
+(its doc states it). The results are those of the moving-average op followed
+by the lazy Adam op, bit for bit; each touched row is read once. CPU only.
+
+Every input is validated before anything is written: a bad one (an index
+outside [0, var.shape[0]), a variable of another dtype or shape, synced not
+int32 of shape [var.shape[0]], a non-scalar input) fails the op with
+InvalidArgumentError and leaves var, m, v, average and synced unchanged.
+
+average: the average of var, a resource variable of var's dtype and shape.
+synced: a resource variable of dtype int32 and shape [var.shape[0]]: each
+row's count of EMA steps when its average was last brought up to date.
+count: the number of EMA steps applied so far.
+ema_momentum: the EMA's momentum m, of Tscalar.
+The other inputs and attrs are ResourceSparseApplyLazyAdam's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWAveraged")
+    .TF_OPT_OPS_LAZY_ADAM_AVERAGED_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamAveragedShape(c, /*decays=*/true); })
+    .Doc(R"doc(
+ResourceSparseApplyLazyAdamAveraged with the decoupled weight decay of ResourceSparseApplyLazyAdamW.
+
+Each touched row's average is brought up to date from the row's value before
+its decay and update, then the row is decayed and updated as
+ResourceSparseApplyLazyAdamW does (its doc states it). CPU only.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
+ResourceSparseApplyLazyAdamAveraged's.
 )doc");
 
 }  // namespace tf_opt_ops
