@@ -427,6 +427,20 @@ def moving_average_update(var, average, synced, count, grad, ema_momentum, updat
     return update()
 
 
+class LazyMovingAverageMixin:
+  """The step of a flavor whose base class has EMA (Keras 3, tf_keras): `_lazy_average`
+  (whether the averages are kept lazily), `_average_state(variable)` (`moving_average_update`'s
+  first four arguments) and `ema_momentum` come from the flavor."""
+
+  def _with_moving_average(self, gradient, variable, update, fused_update=None):
+    """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
+    on the rows it changes (`fused_update`: `moving_average_update`'s)."""
+    if not self._lazy_average:
+      return update()
+    return moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
+                                 update, fused_update)
+
+
 def moving_average_applied(var, average, synced, count, first=None):
   """Counts an EMA step of `var` (after its update, if any); where `first` (Keras 3's first
   step, which sets every average to its variable), every row's average is `var`."""

@@ -60,7 +60,7 @@ def _tf_variable(variable):
   return variable.value if isinstance(variable, keras.Variable) else variable
 
 
-class _Keras3Mixin:
+class _Keras3Mixin(_core.LazyMovingAverageMixin):
   """Behaviour both Keras 3 optimizers share with the base class."""
 
   def __init__(self, learning_rate=0.001, **kwargs):
@@ -147,20 +147,11 @@ class _Keras3Mixin:
     return (_tf_variable(variable), _tf_variable(self._model_variables_moving_average[index]),
             _tf_variable(self._average_synced[index]), _tf_variable(self._average_counts[index]))
 
-  def _with_moving_average(self, gradient, variable, update, fused_update=None):
-    """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
-    on the rows it changes (`fused_update`: `_core.moving_average_update`'s)."""
-    if not self._lazy_average:
-      return update()
-    # The base class's first step (momentum 0) sets every average to its variable afterwards
-    # (`_update_model_variables_moving_average`).
-    return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
-                                       update, fused_update)
-
   def _update_model_variables_moving_average(self, trainable_variables):
     if not self._lazy_average:
       return super()._update_model_variables_moving_average(trainable_variables)
-    # The averages of the rows the step changed moved in its update steps.
+    # The averages of the rows the step changed moved in its update steps; the base class's
+    # first step (momentum 0) sets every average to its variable.
     first = tf.equal(self.iterations, 0)
     for variable in trainable_variables:
       _core.moving_average_applied(*self._average_state(variable), first=first)

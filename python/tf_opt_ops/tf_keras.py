@@ -38,7 +38,7 @@ keras2 = _keras2.package()
 _BASE_JOINS_SHARDS = _keras2.base_optimizer_joins_shards()
 
 
-class _TfKerasMixin:
+class _TfKerasMixin(_core.LazyMovingAverageMixin):
   """Behaviour both tf_keras optimizers share with the base class."""
 
   def _check_base_kwargs(self, kwargs):
@@ -119,14 +119,6 @@ class _TfKerasMixin:
     index = self._index(variable)
     return (variable, self._model_variables_moving_average[index], self._average_synced[index],
             self._average_counts[index])
-
-  def _with_moving_average(self, gradient, variable, update, fused_update=None):
-    """Runs `update()`, the update step of `variable` (its weight decay included), with its EMA
-    on the rows it changes (`fused_update`: `_core.moving_average_update`'s)."""
-    if not self._lazy_average:
-      return update()
-    return _core.moving_average_update(*self._average_state(variable), gradient, self.ema_momentum,
-                                       update, fused_update)
 
   def _update_model_variables_moving_average(self, var_list):
     if not self._lazy_average:
