@@ -58,6 +58,28 @@ struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
 
 }  // namespace functor
 
+namespace {
+
+// The lazy Adam ops' scalar inputs: the hyperparameters, and the weight decay
+// when weight_decay_input is not -1 (a W op).
+template <typename C>
+absl::Status ReadHyperparameters(OpKernelContext* ctx, int weight_decay_input,
+                                 lazy_adam::Hyperparameters<C>* hyper) {
+  using namespace lazy_adam;  // NOLINT: the input names
+  for (int k = 0; k < kNumHyperparameters; ++k) {
+    TF_RETURN_IF_ERROR(
+        ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k], &hyper->values[k]));
+  }
+  if (weight_decay_input != -1) {
+    C weight_decay;
+    TF_RETURN_IF_ERROR(ReadScalar(ctx, weight_decay_input, kWeightDecayName, &weight_decay));
+    hyper->SetWeightDecay(weight_decay);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 // Ops ResourceSparseApplyLazyAdam (kLight false: slots of the table's type
 // T, S == T) and ResourceSparseApplyLazyAdamV2 (kLight: slots of type S =
 // Tslot, the layout from the attrs, the step from input kStep).
@@ -87,16 +109,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
                                      {kVariableNames, kVariableNames + kNumVariables}, {t, s, s},
                                      layout_.rowwise_second_moment ? kV : -1));
     Hyperparameters<C> hyper;
-    for (int k = 0; k < kNumHyperparameters; ++k) {
-      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
-                                     &hyper.values[k]));
-    }
-    if (decays_) {
-      C weight_decay;
-      OP_REQUIRES_OK(ctx,
-                     ReadScalar(ctx, WeightDecayInput(kLight), kWeightDecayName, &weight_decay));
-      hyper.SetWeightDecay(weight_decay);
-    }
+    OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? WeightDecayInput(kLight) : -1, &hyper));
     AdamStateLayout layout = layout_;
     if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
     const Tensor& grad = ctx->input(kGrad);
@@ -159,15 +172,7 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
                            lazy_adam_averaged::kVariableNames + lazy_adam_averaged::kNumVariables},
                           {t, t, t, t, tensorflow::DT_INT32}, kSyncedSlot, kAveragedErrors));
     Hyperparameters<C> hyper;
-    for (int k = 0; k < kNumHyperparameters; ++k) {
-      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
-                                     &hyper.values[k]));
-    }
-    if (decays_) {
-      C weight_decay;
-      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kWeightDecay, kWeightDecayName, &weight_decay));
-      hyper.SetWeightDecay(weight_decay);
-    }
+    OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
     int32_t count = 0;
     C ema_momentum;
     OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kAverageScalarNames[0], &count));
