@@ -51,7 +51,7 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
 
 // The window's last micro-step, grouped with the held ids: Group validates
 // (as SparseAccumulateRows) and groups them; num_rows() is then the number of
-// distinct rows, row(u) the accumulator row of distinct row u. TakeRow(u)
+// distinct rows, rows()[u] the accumulator row of distinct row u. TakeRow(u)
 // writes that row's average ([row_size]): the accumulator's row (where held)
 // plus the step's values in order, each addition rounded to T, over `steps`;
 // a held row the step does not name is its accumulator row plus 0. It then
