@@ -355,6 +355,13 @@ def take_window_gradient(accumulator, row_ids, row_count, grad, steps):
   return tf.IndexedSlices(average, tf.cast(rows, tf.int64), grad.dense_shape)
 
 
+def window_fuses(var, accumulator):
+  """Whether lazy Adam can take the window's average of `var` in its own pass (`lazy_adam`'s
+  `window`): the op has a CPU kernel only, outside XLA, with the accumulator of var's dtype."""
+  return (not _on_gpu(var) and not _tf_private.in_xla_context() and
+          tf.as_dtype(accumulator.dtype) == tf.as_dtype(var.dtype))
+
+
 def _clear_rows(accumulator, row_count, rows):
   """Zeroes `rows` of `accumulator` and empties the window's row ids: the window is applied."""
   # The static row shape: tf.shape of a variable reads all of it.
@@ -642,7 +649,7 @@ class LazyAdamMixin:
 
 def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking=False,
               indices=None, fused_dense=False, on_mesh=False, light=None, weight_decay=None,
-              moving_average=None):
+              moving_average=None, window=None):
   """Lazy Adam on `var` with slots `m`, `v`; the math is the op's (`ops.sparse_lazy_adam`).
 
   `grad` is a `tf.IndexedSlices` (or its values with `indices` given): only the
@@ -660,12 +667,21 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   the op's pass where the op runs, of the rows a sparse `grad` names (all rows
   of a dense one). `moving_average`: the EMA state `moving_average_update` hands its
   `fused_update`, for the op that keeps the average in its own pass (sparse `grad`, the
-  default slots, outside XLA).
+  default slots, outside XLA). `window`: `(accumulator, row_ids, row_count, steps)` where
+  `window_fuses` says so: `grad` is the window's last micro-step, and the op takes the
+  window's average (`take_window_gradient`'s) and updates the window's rows with it in one
+  pass.
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   if moving_average is not None and (light is not None or on_mesh or indices is None):
     raise ValueError("lazy_adam: moving_average= runs only in the sparse op with the default "
                      "slots; bring the average up to date first (moving_average_update).")
+  if window is not None:
+    if light is not None or on_mesh or indices is None or not window_fuses(var, window[0]):
+      raise ValueError("lazy_adam: window= runs only in the sparse op on the CPU with the "
+                       "default slots (window_fuses); take the window's average first "
+                       "(take_window_gradient).")
+    indices = tf.cast(indices, window[1].dtype)
   hypers = dict(lr=lr, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, step=step)
   if hasattr(m, "shape") and hasattr(var, "shape"):  # not bare handles
     want_dtype = light["slot_dtype"] if light else dtype
@@ -695,7 +711,8 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   if indices is not None:
     return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
-                                weight_decay=weight_decay, moving_average=moving_average, **scalars)
+                                weight_decay=weight_decay, moving_average=moving_average,
+                                window=window, **scalars)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
   if fused_dense and dtype in (tf.float32, tf.float64):
     return tf.raw_ops.ResourceApplyAdam(var=handle(var), m=handle(m), v=handle(v), grad=grad,

@@ -193,8 +193,15 @@ class _Keras3Mixin(_core.LazyMovingAverageMixin):
           accumulator.assign(accumulator + tf.cast(tf.convert_to_tensor(grad), accumulator.dtype))
 
     def apply_window():
-      window = []
-      for grad, accumulator, (ids, count), is_sparse in zip(grads, accumulators, windows, sparse):
+      window, window_variables, fused = [], [], []
+      for grad, variable, accumulator, (ids, count), is_sparse in zip(grads, trainable_variables,
+                                                                      accumulators, windows,
+                                                                      sparse):
+        if is_sparse and self._applies_window(variable, accumulator):
+          # One op takes the window's average and updates the rows with it.
+          fused.append((grad, variable, (accumulator, ids, count, steps)))
+          continue
+        window_variables.append(variable)
         if is_sparse:
           # Its rows of the accumulator are cleared as the average is taken.
           window.append(_core.take_window_gradient(accumulator, ids, count, grad, steps))
@@ -202,11 +209,20 @@ class _Keras3Mixin(_core.LazyMovingAverageMixin):
           window.append((tf.convert_to_tensor(grad) + accumulator) / steps)
           accumulator.assign(tf.zeros_like(accumulator))
       window = self._clip_gradients(window)
-      self._apply_weight_decay(trainable_variables)
-      self._backend_update_step(window, trainable_variables, self.learning_rate)
+      self._apply_weight_decay(window_variables)
+      if window_variables:
+        self._backend_update_step(window, window_variables, self.learning_rate)
+      for grad, variable, taken in fused:
+        self.update_step(grad, _tf_variable(variable), self.learning_rate, window=taken)
 
     keras.ops.cond((self._iterations + 1) % steps == 0, apply_window, accumulate)
     self._moving_average_step()
+
+  def _applies_window(self, variable, accumulator):
+    """Whether `update_step` takes `variable`'s window (`window=`) from its last micro-step's
+    sparse gradient, averaging and updating its rows in one pass; else the window's average
+    is taken first (`_core.take_window_gradient`)."""
+    return False
 
   def _moving_average_step(self):
     """The base class's EMA after a step (`_backend_apply_gradients`' end)."""
@@ -269,19 +285,26 @@ class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
     # graphs (where convert_checkpoint finds the slots).
     self._momentums, self._velocities = momentums, velocities
 
-  def update_step(self, gradient, variable, learning_rate):
+  def _applies_window(self, variable, accumulator):
+    # Clipping needs the window's whole average first, and the EMA's catch-up is its own
+    # fused op.
+    return (not any((self.clipnorm, self.clipvalue, self.global_clipnorm)) and not self.use_ema and
+            self._light_options(variable) is None and
+            _core.window_fuses(_tf_variable(variable), accumulator))
+
+  def update_step(self, gradient, variable, learning_rate, window=None):
     index = self._get_variable_index(variable)
     light = self._light_options(variable)
 
     def update(moving_average=None):
-      # The op decays the rows it updates (and with `moving_average` keeps their average), in
-      # the same pass.
+      # The op decays the rows it updates (and with `moving_average` keeps their average, with
+      # `window` takes the window's average), in the same pass.
       return _core.lazy_adam(_tf_variable(variable), self._momentums[index],
                              self._velocities[index], gradient, lr=learning_rate,
                              beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon,
                              step=self.iterations + 1, light=light,
                              weight_decay=self._weight_decay_of(variable),
-                             moving_average=moving_average)
+                             moving_average=moving_average, window=window)
 
     self._with_moving_average(gradient, variable, update, update if light is None else None)
 

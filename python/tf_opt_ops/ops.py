@@ -29,6 +29,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdamWV2",
     "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
     "TfOptOps>ResourceSparseApplyLazyAdamWAveraged",
+    "TfOptOps>ResourceSparseApplyLazyAdamWindow",
+    "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
@@ -46,7 +48,7 @@ _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
                      beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
                      rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
-                     weight_decay=None, moving_average=None, name=None):
+                     weight_decay=None, moving_average=None, window=None, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
@@ -71,6 +73,14 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   `TfOptOps>ResourceSparseApplyLazyAdamAveraged`, `...WAveraged` with `weight_decay`):
   the numbers of `sparse_moving_average` followed by this update. CPU only, slots of
   `var`'s dtype only.
+
+  `window` (None: none): `(accumulator, row_ids, row_count, steps)`, a gradient
+  accumulation window (`sparse_accumulate_rows`' state) whose apply step this is, `grad`
+  at `indices` its last micro-step: each row of the window is updated with the window's
+  average, taken and cleared as `sparse_take_window_gradient` takes it, in the same pass
+  (op `TfOptOps>ResourceSparseApplyLazyAdamWindow`, `...WWindow` with `weight_decay`):
+  the numbers of `sparse_take_window_gradient` followed by this update. CPU only, slots
+  of `var`'s dtype only, `accumulator` of `var`'s dtype and `row_ids` of `indices`'.
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -87,6 +97,15 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   if not rowwise_second_moment and not stochastic_rounding and (slot_dtype == grad.dtype or
                                                                 slot_dtype not in light_types or
                                                                 grad.dtype not in light_types):
+    if moving_average is not None and window is not None:
+      raise ValueError("sparse_lazy_adam: moving_average= and window= have no op together; "
+                       "take the window's average first (sparse_take_window_gradient).")
+    if window is not None:
+      accumulator, row_ids, row_count, steps = window
+      op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_window if weight_decay is None else
+            lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w_window)
+      return op(**inputs, accumulator=_handle(accumulator), row_ids=_handle(row_ids),
+                row_count=_handle(row_count), steps=tf.cast(steps, tf.int64))
     if moving_average is not None:
       average, synced, count, ema_momentum = moving_average
       op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_averaged if weight_decay is None else
@@ -101,6 +120,10 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
     raise ValueError("sparse_lazy_adam: moving_average= needs slots of var's dtype (op "
                      "ResourceSparseApplyLazyAdamAveraged); with light slots, run "
                      "sparse_moving_average first, then this update.")
+  if window is not None:
+    raise ValueError("sparse_lazy_adam: window= needs slots of var's dtype (op "
+                     "ResourceSparseApplyLazyAdamWindow); with light slots, run "
+                     "sparse_take_window_gradient first, then this update.")
   op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2 if weight_decay is None else
         lib.tf_opt_ops_resource_sparse_apply_lazy_adam_wv2)
   return op(**inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,

@@ -128,7 +128,8 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyClippyAdagradW", "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
       "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient",
       "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
-      "TfOptOps>ResourceSparseApplyLazyAdamWAveraged"
+      "TfOptOps>ResourceSparseApplyLazyAdamWAveraged", "TfOptOps>ResourceSparseApplyLazyAdamWindow",
+      "TfOptOps>ResourceSparseApplyLazyAdamWWindow"
   }
 
   @tf.function

@@ -239,16 +239,21 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
     ids = keras.ops.convert_to_numpy(opt._window_row_ids[0])[:count]
     np.testing.assert_array_equal(ids, indices)
   if mode == "function":
-    types = _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0])
+    # LazyAdam without clipping takes the window's average in its update's pass.
+    fused = opt_name == "LazyAdam" and clip is None
+    types = _assert_graph_stays_sparse(step, opt_name,
+                                       _micro_batches()[0], WINDOW_SPARSE_OPS if fused else None)
     # On the CPU each side of the window is one fused op, which reads and writes the window's
     # rows only: no scatter or gather of the accumulator or its ids in TensorFlow ops.
-    assert ACCUMULATION_OPS <= types, sorted(types)
+    assert (WINDOW_ACCUMULATION_OPS if fused else ACCUMULATION_OPS) <= types, sorted(types)
     assert not types & ROW_COPYING_OPS, sorted(types & ROW_COPYING_OPS)
 
 
-ACCUMULATION_OPS = {
-    "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient"
-}
+TAKE_WINDOW_OP = "TfOptOps>ResourceSparseTakeWindowGradient"
+ACCUMULATION_OPS = {"TfOptOps>ResourceSparseAccumulateRows", TAKE_WINDOW_OP}
+WINDOW_OP = "TfOptOps>ResourceSparseApplyLazyAdamWindow"
+WINDOW_SPARSE_OPS = {"LazyAdam": WINDOW_OP}
+WINDOW_ACCUMULATION_OPS = {"TfOptOps>ResourceSparseAccumulateRows", WINDOW_OP}
 ROW_COPYING_OPS = {
     "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceGather", "Unique", "TensorScatterAdd"
 }
@@ -285,6 +290,43 @@ def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_na
       tmp_path, opt_name, dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS))
   for ours, theirs in zip(_all_values(resumed), _all_values(whole)):
     np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("weight_decay", [None, 0.01], ids=["plain", "weight-decay"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_lazy_adam_window_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, mode, weight_decay):
+  """Keras 3 LazyAdam on the CPU takes the window's average in its update's pass
+  (ResourceSparseApplyLazyAdam[W]Window): over several windows every variable, the
+  accumulators and the window's row ids included, equals the run that takes the average
+  first (TakeWindowGradient, then the update) bit for bit."""
+  from tf_opt_ops import _core
+
+  options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS, weight_decay=weight_decay)
+  make = common.flavor_module("keras").LazyAdam
+  batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS * 2)
+  window_op = WINDOW_OP if weight_decay is None else "TfOptOps>ResourceSparseApplyLazyAdamWWindow"
+  runs = {}
+  for path in ("one op", "two ops"):
+    with monkeypatch.context() as patch:
+      if path == "two ops":
+        patch.setattr(_core, "window_fuses", lambda var, accumulator: False)
+      run_ = (*_variables("keras"), make(**options))
+      table, bias, opt = run_
+      step = MODES[mode](_train_step(opt, table, bias))
+      for values, indices, bias_grad in batches:
+        step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+      if mode == "function":
+        types = _graph_op_types(step, *map(tf.constant, batches[0]))
+        if path == "one op":
+          assert window_op in types and TAKE_WINDOW_OP not in types, sorted(types)
+        else:
+          assert ACCUMULATION_OPS <= types and window_op not in types, sorted(types)
+    runs[path] = _all_values(run_)
+  assert len(runs["one op"]) == len(runs["two ops"])
+  for ours, theirs in zip(runs["one op"], runs["two ops"]):
+    np.testing.assert_array_equal(ours, theirs)
+  # The windows moved the table (the two runs are not both at the start).
+  assert not np.array_equal(runs["one op"][0], _variables("keras")[0].numpy())
 
 
 def _resumed_mid_window(tmp_path, opt_name, options):

@@ -119,68 +119,41 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
   window_ = window;
   step_ = step;
   held_ = static_cast<int64_t>(*window.row_count);
-  const absl::Status status = CheckCount(held_, window.num_rows);
+  absl::Status status = CheckCount(held_, window.num_rows);
   if (!status.ok()) return status;
   ids_ = HeldThenStep(window.row_ids, held_, step.indices, step.num_indices);
-  return GroupIds(pool, ids_, held_, window.num_rows, &groups_);
-}
-
-template <typename T, typename Tindex>
-void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
-  const int64_t dim = window_.row_size;
-  const int64_t held = held_;
+  status = GroupIds(pool, ids_, held_, window.num_rows, &groups_);
+  if (!status.ok()) return status;
   const int64_t num_groups = num_rows();
-  const int64_t* distinct = groups_.rows();
-  T* accumulator = window_.accumulator;
-  const T* values = step_.values;
-  // Each row's first value of the step (-1: the step does not name it): the loop below
-  // prefetches it with the row's accumulator row. The groups are in no order of the step's
-  // rows, so its values are read at random.
-  std::vector<int64_t> step_first(num_groups);
+  step_first_.resize(num_groups);
   const Eigen::TensorOpCost chain_cost(4.0 * sizeof(int64_t), sizeof(int64_t), 10.0);
   ForEachItem(pool, num_groups, chain_cost, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       int64_t p = groups_.first(u);
-      while (p >= 0 && p < held) p = groups_.next(p);
-      step_first[u] = p < 0 ? -1 : p - held;
+      while (p >= 0 && p < held_) p = groups_.next(p);
+      step_first_[u] = p < 0 ? -1 : p - held_;
     }
   });
+  return absl::OkStatus();
+}
+
+template <typename T, typename Tindex>
+void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
+  const int64_t dim = row_size();
   const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
   const auto prefetch = [&](int64_t u) {
-    if (groups_.first(u) < held) PrefetchForWrite(accumulator + distinct[u] * dim, row_bytes);
-    if (step_first[u] >= 0) {
-      const char* v = reinterpret_cast<const char*>(values + step_first[u] * dim);
-      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
-    }
+    if (groups_.first(u) < held_)
+      PrefetchForWrite(accumulator() + this->rows()[u] * dim, row_bytes);
+    PrefetchStepRow(u);
   };
-  ForEachItem(pool, num_groups, RowCost<T>(dim), [&](int64_t begin, int64_t end) {
+  ForEachItem(pool, num_rows(), RowCost<T>(dim), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       if (u + kPrefetchSpansMedium < end) prefetch(u + kPrefetchSpansMedium);
-      rows[u] = distinct[u];
-      T* sum = average + u * dim;
-      T* held_row = accumulator + distinct[u] * dim;
-      const bool is_held = groups_.first(u) < held;
-      int64_t p = step_first[u] < 0 ? -1 : step_first[u] + held;  // positions in order
-      if (!is_held) {
-        std::copy_n(values + (p - held) * dim, dim, sum);
-      } else if (p >= 0) {
-        const T* v = values + (p - held) * dim;
-        for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
-      } else {
-        for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
-      }
-      if (p >= 0) {
-        for (p = groups_.next(p); p >= 0; p = groups_.next(p)) {
-          const T* v = values + (p - held) * dim;
-          for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
-        }
-      }
-      for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] / steps;
-      // The average is out of the accumulator: the window is applied.
-      if (is_held) std::fill_n(held_row, dim, T(0));
+      rows[u] = this->rows()[u];
+      TakeRow(u, steps, average + u * dim);
     }
   });
-  *window_.row_count = Tindex{0};
+  Applied();
 }
 
 #define TF_OPT_OPS_INSTANTIATE_INDEX(T, Tindex)                                              \

@@ -6,6 +6,7 @@
 #ifndef TF_OPT_OPS_CORE_CPU_ACCUMULATE_H_
 #define TF_OPT_OPS_CORE_CPU_ACCUMULATE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -50,18 +51,57 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
 
 // The window's last micro-step, grouped with the held ids: Group validates
 // (as SparseAccumulateRows) and groups them; num_rows() is then the number of
-// distinct rows, and Take writes them (`rows`, [num_rows()]) and their
-// average (`average`, [num_rows(), row_size]): per row, the accumulator's row
-// (where held) plus the step's values in order, each addition rounded to T,
-// over `steps`; a held row the step does not name is its accumulator row plus
-// 0. Take then zeroes the held rows of the accumulator and the count.
+// distinct rows, rows()[u] the accumulator row of distinct row u. TakeRow(u)
+// writes that row's average ([row_size]): the accumulator's row (where held)
+// plus the step's values in order, each addition rounded to T, over `steps`;
+// a held row the step does not name is its accumulator row plus 0. It then
+// zeroes the row of the accumulator (where held). Take takes every row
+// (`rows`, [num_rows()]; `average`, [num_rows(), row_size]) and zeroes the
+// count; a caller that takes the rows itself (the fused lazy Adam of
+// cpu_kernels.h) calls Applied once it has.
 template <typename T, typename Tindex>
 class WindowGradient {
  public:
   absl::Status Group(const CpuPool& pool, const AccumulatorWindow<T, Tindex>& window,
                      const MicroStepRows<T, Tindex>& step);
   int64_t num_rows() const { return groups_.num_unique(); }
+  int64_t row_size() const { return window_.row_size; }
+  const int64_t* rows() const { return groups_.rows(); }
+  T* accumulator() const { return window_.accumulator; }
   void Take(const CpuPool& pool, T steps, int64_t* rows, T* average);
+  void Applied() { *window_.row_count = Tindex{0}; }
+
+  // Inline: the fused lazy Adam runs them in its instruction-set level's copy.
+  void PrefetchStepRow(int64_t u) const {
+    if (step_first_[u] < 0) return;
+    const char* v = reinterpret_cast<const char*>(step_.values + step_first_[u] * row_size());
+    const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
+  }
+  void TakeRow(int64_t u, T steps, T* sum) const {
+    const int64_t dim = row_size();
+    T* held_row = window_.accumulator + rows()[u] * dim;
+    const T* values = step_.values;
+    const bool is_held = groups_.first(u) < held_;
+    int64_t p = step_first_[u] < 0 ? -1 : step_first_[u] + held_;  // positions in order
+    if (!is_held) {
+      std::copy_n(values + (p - held_) * dim, dim, sum);
+    } else if (p >= 0) {
+      const T* v = values + (p - held_) * dim;
+      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
+    } else {
+      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
+    }
+    if (p >= 0) {
+      for (p = groups_.next(p); p >= 0; p = groups_.next(p)) {
+        const T* v = values + (p - held_) * dim;
+        for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+      }
+    }
+    for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] / steps;
+    // The average is out of the accumulator: the window is applied.
+    if (is_held) std::fill_n(held_row, dim, T(0));
+  }
 
  private:
   AccumulatorWindow<T, Tindex> window_{};
@@ -69,6 +109,10 @@ class WindowGradient {
   int64_t held_ = 0;         // the held ids: positions [0, held_) of ids_
   std::vector<Tindex> ids_;  // the held ids, then the step's indices
   RowGroups groups_;
+  // Each row's first value of the step (-1: the step does not name it), to
+  // prefetch with the row's accumulator row: the groups are in no order of the
+  // step's rows, so its values are read at random.
+  std::vector<int64_t> step_first_;
 };
 
 }  // namespace cpu

@@ -82,6 +82,20 @@ absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T
   return avx::SparseApplyLazyAdamAveraged<T, Tindex>(pool, grad, var, m, v, step, average);
 }
 
+template <typename T, typename Tindex>
+void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,
+                               T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return avx512::SparseApplyLazyAdamWindow<T, Tindex>(pool, window, steps, var, m, v, step);
+    case CpuIsa::kAvx2:
+      return avx2::SparseApplyLazyAdamWindow<T, Tindex>(pool, window, steps, var, m, v, step);
+    case CpuIsa::kAvx:
+      break;
+  }
+  avx::SparseApplyLazyAdamWindow<T, Tindex>(pool, window, steps, var, m, v, step);
+}
+
 TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)
 TF_OPT_OPS_CPU_TABLE_TYPES(TF_OPT_OPS_CPU_TABLE_INSTANTIATE)
 

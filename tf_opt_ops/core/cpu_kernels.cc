@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "tf_opt_ops/core/cpu_row_loops.h"
 
@@ -177,6 +178,31 @@ absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T
     });
   });
   return absl::OkStatus();
+}
+
+template <typename T, typename Tindex>
+void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,
+                               T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step) {
+  const int64_t dim = window.row_size();
+  const int64_t* rows = window.rows();
+  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  // Per row: read var, m, v, the accumulator and the step's values; write all
+  // but the values.
+  const Eigen::TensorOpCost cost(dim * 5.0 * sizeof(T), dim * 4.0 * sizeof(T), 25.0 * dim);
+  ForEachItem(pool, window.num_rows(), cost, [&](int64_t begin, int64_t end) {
+    // The row's average, as op ResourceSparseTakeWindowGradient writes it.
+    std::vector<T> average(dim);
+    ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v), TableOf(window.accumulator())},
+                offset, length, [&](int64_t u, int64_t o) {
+                  if (u + kPrefetchSpansMedium < end)
+                    window.PrefetchStepRow(u + kPrefetchSpansMedium);
+                  window.TakeRow(u, steps, average.data());
+                  LazyAdamRow<false, T, T>(var + o, m + o, v + o, average.data(), dim, step,
+                                           RowNoise{});
+                });
+  });
+  window.Applied();
 }
 
 template <typename T, typename A>

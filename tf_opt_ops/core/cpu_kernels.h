@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "tf_opt_ops/core/cpu_accumulate.h"
 #include "tf_opt_ops/core/cpu_pool.h"
 #include "tf_opt_ops/core/optimizer_math.h"
 
@@ -66,6 +67,13 @@ struct LazyAverage {
 // type (op ResourceSparseApplyLazyAdamAveraged), each distinct row's average
 // first brought up to date from the row's value before its update, as
 // SparseApplyLazyMovingAverage (cpu_moving_average.h) does, in the same pass.
+//
+// SparseApplyLazyAdamWindow: the apply step of a gradient accumulation window
+// (op ResourceSparseApplyLazyAdamWindow) on a grouped `window`: each distinct
+// row's average taken (WindowGradient::TakeRow, which zeroes its accumulator
+// row) into a buffer of the thread, then that row updated as
+// SparseApplyLazyAdam updates it with the average as its gradient row, in
+// one pass; then the window's count zeroed.
 #define TF_OPT_OPS_CPU_KERNELS_DECLARATIONS                                                        \
   template <typename T, typename S, typename Tindex>                                               \
   absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var, \
@@ -85,7 +93,10 @@ struct LazyAverage {
   template <typename T, typename Tindex>                                                           \
   absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, \
                                            T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step,  \
-                                           const LazyAverage<T>& average);
+                                           const LazyAverage<T>& average);                         \
+  template <typename T, typename Tindex>                                                           \
+  void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,  \
+                                 T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step);
 
 // Every (variable, slot or accumulator) type pair the entry points are
 // instantiated for: each variable type of the ops (half, bfloat16, float,
@@ -122,13 +133,15 @@ struct LazyAverage {
 // the compute type (row-wise Adagrad, lazy Adam with its moving average), and
 // the instantiations of those entry points for one, with both index types.
 #define TF_OPT_OPS_CPU_TABLE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
-#define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                     \
-  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(                                 \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*,                         \
-      const RowwiseAdagradStep<ComputeT<T>>&);                                                \
-  template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                               \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&, \
-      const LazyAverage<T>&);
+#define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                        \
+  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(                                    \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*,                            \
+      const RowwiseAdagradStep<ComputeT<T>>&);                                                   \
+  template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                                  \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&,    \
+      const LazyAverage<T>&);                                                                    \
+  template void SparseApplyLazyAdamWindow<T, Tindex>(const CpuPool&, WindowGradient<T, Tindex>&, \
+                                                     T, T*, T*, T*, const AdamStep<ComputeT<T>>&);
 #define TF_OPT_OPS_CPU_TABLE_INSTANTIATE(T)          \
   TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int32_t) \
   TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int64_t)

@@ -14,6 +14,7 @@
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/lazy_adam_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/lazy_adam_window_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
 #include "tf_opt_ops/kernels/op_inputs.h"
@@ -58,6 +59,28 @@ struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
 
 }  // namespace functor
 
+namespace {
+
+// The lazy Adam ops' scalar inputs: the hyperparameters, and the weight decay
+// when weight_decay_input is not -1 (a W op).
+template <typename C>
+absl::Status ReadHyperparameters(OpKernelContext* ctx, int weight_decay_input,
+                                 lazy_adam::Hyperparameters<C>* hyper) {
+  using namespace lazy_adam;  // NOLINT: the input names
+  for (int k = 0; k < kNumHyperparameters; ++k) {
+    TF_RETURN_IF_ERROR(
+        ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k], &hyper->values[k]));
+  }
+  if (weight_decay_input != -1) {
+    C weight_decay;
+    TF_RETURN_IF_ERROR(ReadScalar(ctx, weight_decay_input, kWeightDecayName, &weight_decay));
+    hyper->SetWeightDecay(weight_decay);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 // Ops ResourceSparseApplyLazyAdam (kLight false: slots of the table's type
 // T, S == T) and ResourceSparseApplyLazyAdamV2 (kLight: slots of type S =
 // Tslot, the layout from the attrs, the step from input kStep).
@@ -87,16 +110,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
                                      {kVariableNames, kVariableNames + kNumVariables}, {t, s, s},
                                      layout_.rowwise_second_moment ? kV : -1));
     Hyperparameters<C> hyper;
-    for (int k = 0; k < kNumHyperparameters; ++k) {
-      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
-                                     &hyper.values[k]));
-    }
-    if (decays_) {
-      C weight_decay;
-      OP_REQUIRES_OK(ctx,
-                     ReadScalar(ctx, WeightDecayInput(kLight), kWeightDecayName, &weight_decay));
-      hyper.SetWeightDecay(weight_decay);
-    }
+    OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? WeightDecayInput(kLight) : -1, &hyper));
     AdamStateLayout layout = layout_;
     if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
     const Tensor& grad = ctx->input(kGrad);
@@ -159,15 +173,7 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
                            lazy_adam_averaged::kVariableNames + lazy_adam_averaged::kNumVariables},
                           {t, t, t, t, tensorflow::DT_INT32}, kSyncedSlot, kAveragedErrors));
     Hyperparameters<C> hyper;
-    for (int k = 0; k < kNumHyperparameters; ++k) {
-      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k],
-                                     &hyper.values[k]));
-    }
-    if (decays_) {
-      C weight_decay;
-      OP_REQUIRES_OK(ctx, ReadScalar(ctx, kWeightDecay, kWeightDecayName, &weight_decay));
-      hyper.SetWeightDecay(weight_decay);
-    }
+    OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
     int32_t count = 0;
     C ema_momentum;
     OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kAverageScalarNames[0], &count));
@@ -214,6 +220,107 @@ TF_OPT_OPS_REGISTER_AVERAGED_T(double)
 #undef TF_OPT_OPS_REGISTER_AVERAGED_T
 #undef TF_OPT_OPS_REGISTER_AVERAGED_INDEX
 #undef TF_OPT_OPS_REGISTER_AVERAGED
+
+namespace {
+
+// The window ops' variables: var, m, v and accumulator of the gradient's
+// dtype, row_ids and row_count of the indices'.
+absl::Status WindowDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                                 tensorflow::DataType want, tensorflow::DataType) {
+  if (static_cast<int>(k) < lazy_adam_window::kRowIdsSlot) {
+    return VariableDtypeMismatch(name, got, want);
+  }
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but must be ",
+                         tensorflow::DataTypeString(want),
+                         ": row_ids, row_count and indices share one integer dtype.");
+}
+
+constexpr VariableErrors kWindowErrors{WindowDtypeMismatch, CheckRowSlotShape};
+
+}  // namespace
+
+// Ops ResourceSparseApplyLazyAdamWindow and its W op: the window's average
+// (cpu::WindowGradient, as op ResourceSparseTakeWindowGradient takes it) and
+// the lazy Adam of SparseApplyLazyAdamOp on it, in one pass
+// (cpu::SparseApplyLazyAdamWindow). CPU only: on GPUs and in XLA the
+// optimizers take the window's average, then run lazy Adam.
+template <typename T, typename Tindex>
+class SparseApplyLazyAdamWindowOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyLazyAdamWindowOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    decays_ = lazy_adam_window::HasWeightDecay(ctx->num_inputs());
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace lazy_adam;         // NOLINT: the input names
+    using namespace lazy_adam_window;  // NOLINT: the input names
+    LockedVariables<CPUDevice, T> vars;
+    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
+    const tensorflow::DataType i = tensorflow::DataTypeToEnum<Tindex>::v();
+    // Exclusively: row_ids and row_count are rewritten whole.
+    OP_REQUIRES_OK(
+        ctx, vars.Acquire(ctx, /*use_locking=*/true, /*sparse=*/true,
+                          {kVariableInputs, kVariableInputs + lazy_adam_window::kNumVariables},
+                          {lazy_adam_window::kVariableNames,
+                           lazy_adam_window::kVariableNames + lazy_adam_window::kNumVariables},
+                          {t, t, t, t, i, i}, kRowIdsSlot, kWindowErrors, kRowCountSlot));
+    Hyperparameters<C> hyper;
+    OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
+    int64_t steps = 0;
+    OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kSteps, "steps", &steps));
+    OP_REQUIRES(ctx, steps > 0,
+                InvalidArgument("steps = ", steps,
+                                " must be positive: the number of micro-steps in the window."));
+    Tensor* var = vars.tensor(0);
+    Tensor* m = vars.tensor(1);
+    Tensor* v = vars.tensor(2);
+    Tensor* accumulator = vars.tensor(3);
+    Tensor* row_ids = vars.tensor(kRowIdsSlot);
+    Tensor* row_count = vars.tensor(kRowCountSlot);
+    const Tensor& grad = ctx->input(kGrad);
+    const Tensor& indices = ctx->input(kIndices);
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
+    const int64_t num_rows = var->dim_size(0);
+    const cpu::AccumulatorWindow<T, Tindex> window{
+        accumulator->flat<T>().data(), num_rows, num_rows > 0 ? var->NumElements() / num_rows : 0,
+        row_ids->flat<Tindex>().data(), row_count->flat<Tindex>().data()};
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    cpu::WindowGradient<T, Tindex> grouped;
+    OP_REQUIRES_OK(ctx, grouped.Group(pool, window,
+                                      {indices.flat<Tindex>().data(), indices.NumElements(),
+                                       grad.flat<T>().data()}));
+    cpu::SparseApplyLazyAdamWindow<T, Tindex>(pool, grouped, static_cast<T>(steps),
+                                              var->flat<T>().data(), m->flat<T>().data(),
+                                              v->flat<T>().data(), hyper.Step());
+  }
+
+ private:
+  bool use_locking_;
+  bool decays_;  // the W op: the weight decay is its last input
+};
+
+#define TF_OPT_OPS_REGISTER_WINDOW(Op, T, Tindex)                     \
+  TF_OPT_OPS_REGISTER_KERNEL(Name(Op)                                 \
+                                 .Device(tensorflow::DEVICE_CPU)      \
+                                 .TypeConstraint<T>("T")              \
+                                 .TypeConstraint<Tindex>("Tindices"), \
+                             SparseApplyLazyAdamWindowOp<T, Tindex>);
+#define TF_OPT_OPS_REGISTER_WINDOW_INDEX(T, Tindex)                                   \
+  TF_OPT_OPS_REGISTER_WINDOW("TfOptOps>ResourceSparseApplyLazyAdamWindow", T, Tindex) \
+  TF_OPT_OPS_REGISTER_WINDOW("TfOptOps>ResourceSparseApplyLazyAdamWWindow", T, Tindex)
+#define TF_OPT_OPS_REGISTER_WINDOW_T(T)        \
+  TF_OPT_OPS_REGISTER_WINDOW_INDEX(T, int32_t) \
+  TF_OPT_OPS_REGISTER_WINDOW_INDEX(T, int64_t)
+TF_OPT_OPS_REGISTER_WINDOW_T(Eigen::half)
+TF_OPT_OPS_REGISTER_WINDOW_T(Eigen::bfloat16)
+TF_OPT_OPS_REGISTER_WINDOW_T(float)
+TF_OPT_OPS_REGISTER_WINDOW_T(double)
+#undef TF_OPT_OPS_REGISTER_WINDOW_T
+#undef TF_OPT_OPS_REGISTER_WINDOW_INDEX
+#undef TF_OPT_OPS_REGISTER_WINDOW
 
 // The kernels of the four ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float

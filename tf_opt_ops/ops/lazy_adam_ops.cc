@@ -2,6 +2,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tf_opt_ops/core/lazy_adam_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/lazy_adam_window_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
 
 namespace tf_opt_ops {
@@ -272,6 +273,72 @@ ResourceSparseApplyLazyAdamW does (its doc states it). CPU only.
 
 weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
 ResourceSparseApplyLazyAdamAveraged's.
+)doc");
+
+// The ops of a gradient accumulation window's apply step: lazy Adam's inputs
+// (grad and indices the window's last micro-step), then the window's (the W op
+// adds the weight decay last).
+#define TF_OPT_OPS_LAZY_ADAM_WINDOW_INPUTS                   \
+  TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("accumulator: resource") \
+      .Input("row_ids: resource")                            \
+      .Input("row_count: resource")                          \
+      .Input("steps: int64")
+
+static absl::Status LazyAdamWindowShape(InferenceContext* c, bool decays) {
+  using namespace lazy_adam_window;  // NOLINT: the input names
+  TF_RETURN_IF_ERROR(LazyAdamShape(c, /*decays=*/false));
+  ShapeHandle table;
+  TF_RETURN_IF_ERROR(MergeVariables(c, {lazy_adam::kVar, kAccumulator}, &table));
+  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kSteps, 1));
+  if (decays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, kWeightDecay, 1));
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(VariableShape(c, kRowIds), 1, &unused));
+  return c->WithRank(VariableShape(c, kRowCount), 0, &unused);
+}
+
+// The attrs of the window ops: lazy Adam's, Tindices also the dtype of
+// row_ids and row_count.
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWindow")
+    .TF_OPT_OPS_LAZY_ADAM_WINDOW_INPUTS.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamWindowShape(c, /*decays=*/false); })
+    .Doc(R"doc(
+The apply step of a gradient accumulation window: its average, then lazy Adam on it, in one pass.
+
+grad and indices are the window's last micro-step. For each distinct row i of
+the window (row_ids[:row_count] and indices), the row's average gradient is
+formed exactly as ResourceSparseTakeWindowGradient forms it (its doc states
+it) and row i of accumulator zeroed; row i of var, m and v is then updated as
+ResourceSparseApplyLazyAdam updates it (its doc states it) with that average
+as its gradient row. row_count is then set to 0. The results are those of
+ResourceSparseTakeWindowGradient followed by ResourceSparseApplyLazyAdam, bit
+for bit; each row of the window is read once. CPU only.
+
+Every input is validated before anything is written: a bad one (an index or
+held row id outside [0, var.shape[0]), row_count outside [0, var.shape[0]],
+steps not positive, a variable of another dtype or shape) fails the op with
+InvalidArgumentError and leaves every variable unchanged.
+
+accumulator: the window's sums, a resource variable of var's dtype and shape.
+row_ids: a resource variable of dtype Tindices and shape [var.shape[0]]: the
+rows the window's earlier micro-steps named, its first row_count entries.
+row_count: a scalar resource variable of dtype Tindices.
+steps: the number of micro-steps in the window, a positive int64 scalar.
+The other inputs and attrs are ResourceSparseApplyLazyAdam's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWWindow")
+    .TF_OPT_OPS_LAZY_ADAM_WINDOW_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamWindowShape(c, /*decays=*/true); })
+    .Doc(R"doc(
+ResourceSparseApplyLazyAdamWindow with the decoupled weight decay of ResourceSparseApplyLazyAdamW.
+
+Each row of the window is decayed and updated as ResourceSparseApplyLazyAdamW
+does (its doc states it), with the window's average as its gradient row. CPU
+only.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
+ResourceSparseApplyLazyAdamWindow's.
 )doc");
 
 }  // namespace tf_opt_ops

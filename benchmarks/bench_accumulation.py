@@ -1,0 +1,95 @@
+"""Benchmark: Keras 3 LazyAdam's gradient accumulation against the bare step.
+
+    python -m benchmarks.bench_accumulation [--rows R --dim D --batch B] [--rounds N]
+
+Three Keras 3 LazyAdam steps, each an `apply_gradients` of an IndexedSlices of B
+distinct rows in a `tf.function` on its own table: the bare step, the step with
+`gradient_accumulation_steps=2` as it runs (the apply step in one op on the CPU,
+ResourceSparseApplyLazyAdamWindow), and the same with the apply step as it ran
+before (op ResourceSparseTakeWindowGradient, then the update). Each round times
+two windows of each, one call at a time, interleaved (bare, fused, two ops, ...);
+the medians of the micro-steps and of the apply steps, and their ratios to the
+bare step taken within each round, then their median.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from benchmarks import bench
+
+
+def _call_ms(fn, args):
+  start = time.perf_counter()
+  fn(*args)
+  return (time.perf_counter() - start) * 1e3
+
+
+def bench_accumulation(case, rounds, seed=0):
+  import keras
+  import tensorflow as tf
+
+  from tf_opt_ops import keras as ours
+
+  class TwoOpsLazyAdam(ours.LazyAdam):
+    """The apply step as it ran before the window op: the average first."""
+
+    def _applies_window(self, variable, accumulator):
+      return False
+
+  steps = bench.distinct_row_steps(case, seed)
+  init = tf.random.normal((case.rows, case.dim), seed=seed)
+  variants = {
+      "bare": bench._apply_gradients_step(ours.LazyAdam(learning_rate=0.001), keras.Variable(init),
+                                          case),
+      "fused": bench._apply_gradients_step(
+          ours.LazyAdam(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init),
+          case),
+      "two ops": bench._apply_gradients_step(
+          TwoOpsLazyAdam(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init),
+          case),
+  }
+  del init
+  for fn in variants.values():  # trace, warm up, and end on a window's last micro-step
+    for args in steps:
+      fn(*args)
+  times = {name: {"micro": [], "apply": []} for name in variants}
+  for _ in range(rounds):
+    for name, fn in variants.items():
+      micro, apply = [], []
+      for k in range(4):  # two windows: micro-step, apply step, micro-step, apply step
+        (micro if k % 2 == 0 else apply).append(_call_ms(fn, steps[k % len(steps)]))
+      times[name]["micro"].append(np.mean(micro))
+      times[name]["apply"].append(np.mean(apply))
+  bare = (np.array(times["bare"]["micro"]) + np.array(times["bare"]["apply"])) / 2
+  result = {"case": case.label, "rounds": rounds, "bare_ms": float(np.median(bare))}
+  for name in ("fused", "two ops"):
+    micro, apply = np.array(times[name]["micro"]), np.array(times[name]["apply"])
+    result[name] = {
+        "micro_ms": float(np.median(micro)),
+        "apply_ms": float(np.median(apply)),
+        "micro_over_bare": float(np.median(micro / bare)),
+        "apply_over_bare": float(np.median(apply / bare)),
+        "mean_over_bare": float(np.median((micro + apply) / 2 / bare)),
+    }
+  return result
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--rows", type=int, default=1_000_000)
+  parser.add_argument("--dim", type=int, default=64)
+  parser.add_argument("--batch", type=int, default=16_384)
+  parser.add_argument("--rounds", type=int, default=100)
+  args = parser.parse_args()
+  case = bench.AdamCase(args.rows, args.dim, args.batch)
+  result = bench_accumulation(case, args.rounds)
+  result["load_average"] = os.getloadavg()
+  print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+  main()
