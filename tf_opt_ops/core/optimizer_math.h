@@ -28,6 +28,16 @@
 
 #define TF_OPT_OPS_RESTRICT __restrict__
 
+// A row loop's whole body inlined, so that the loop vectorizes: in a translation
+// unit as large as cpu_kernels.cc (every op x type x level), GCC's inliner
+// left the slots' rounding (StoreSlot) out of line, a call per element.
+// Device code inlines everything already.
+#if defined(__CUDACC__)
+#define TF_OPT_OPS_ROW_LOOP TF_OPT_OPS_HOST_DEVICE
+#else
+#define TF_OPT_OPS_ROW_LOOP inline __attribute__((flatten))
+#endif
+
 // Eigen's 16-bit types, for Load/Store and HalfKindOf below.
 namespace Eigen {
 struct half;
@@ -492,9 +502,9 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamS
 // the compiler vectorizes (no per-row Eigen expressions). `G` is the stored
 // gradient type, or the compute type for duplicate-summed rows.
 template <bool kStochastic, typename T, typename S, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
-                                        S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
-                                        int64_t n, const AdamStep<C>& s, RowNoise noise) {
+TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                     S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
+                                     int64_t n, const AdamStep<C>& s, RowNoise noise) {
   WithDecay(s, [&](auto decay) {
     constexpr bool kDecay = decltype(decay)::value;
     int64_t j = 0;
@@ -586,10 +596,10 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denomina
 
 // One touched row with row-wise v (`v` points at the row's one value).
 template <bool kStochastic, typename T, typename S, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
-                                               S* TF_OPT_OPS_RESTRICT v,
-                                               const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                               const AdamStep<C>& s, RowNoise noise) {
+TF_OPT_OPS_ROW_LOOP void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                            S* TF_OPT_OPS_RESTRICT v,
+                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                            const AdamStep<C>& s, RowNoise noise) {
   const C denominator =
       RowwiseSecondMoment<kStochastic, S, C>(v, RowMeanSquare<G, C>(g, n), s, noise);
   WithDecay(s, [&](auto decay) {
@@ -854,10 +864,10 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
 // row loop) gets the plain loop alone.
 template <bool kStandardUpdate, bool kStochastic, bool kDecay, typename T, typename A, typename G,
           typename C>
-TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
-                                            A* TF_OPT_OPS_RESTRICT accum,
-                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                            int64_t first, const ClippyStep<C>& step, C min_ratio) {
+TF_OPT_OPS_ROW_LOOP C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
+                                         A* TF_OPT_OPS_RESTRICT accum,
+                                         const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                         const ClippyStep<C>& step, C min_ratio) {
   const ClippyStep<C> s = step;  // a local copy: no aliasing with the stores
   C m = min_ratio;
   bool nan = min_ratio != min_ratio;
@@ -914,9 +924,9 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
 
 // Pass 2 over `n` contiguous elements, the first of flat index `first`.
 template <bool kStochastic, typename T, typename A, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
-                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
-                                           C scale, const ClippyStep<C>& step) {
+TF_OPT_OPS_ROW_LOOP void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
+                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                        C scale, const ClippyStep<C>& step) {
   // A local copy, as in pass 1: the step's fields (the decay's, read after
   // the accumulator's store) may otherwise alias the stores, which keeps the
   // compiler from vectorizing the loop.
@@ -1041,10 +1051,9 @@ TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradElement(T* var, C g, C multiplier, C c
 // value); kStochastic = s.stochastic_rounding for a 16-bit T, so the
 // conditional store leaves the loop.
 template <bool kStochastic, typename T, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var,
-                                              C* TF_OPT_OPS_RESTRICT accum,
-                                              const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                              const RowwiseAdagradStep<C>& s, int64_t row) {
+TF_OPT_OPS_ROW_LOOP void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var, C* TF_OPT_OPS_RESTRICT accum,
+                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                           const RowwiseAdagradStep<C>& s, int64_t row) {
   const C mean_square = s.mode == RowwiseWeightDecay::kL2
                             ? RowwiseAdagradMeanSquare<true, T, G, C>(var, g, n, s.weight_decay)
                             : RowwiseAdagradMeanSquare<false, T, G, C>(var, g, n, s.weight_decay);
