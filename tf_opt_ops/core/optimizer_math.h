@@ -285,23 +285,28 @@ struct HalfKindOf<Float16Staged> {
 constexpr int kFloat16Lanes = 8;
 
 // Float16BitsToFloat and FloatToFloat16Bits of 8 elements (`H`: Eigen::half),
-// a NaN among them taking the one-at-a-time path for its bits.
+// a NaN among them taking the one-at-a-time path for its bits; that path is
+// kept out of line, so that the flattened row loops stay tight.
+template <typename H>
+__attribute__((noinline, cold)) void LoadFloat16x8Nans(const H* h, Float16Staged* out) {
+  for (int l = 0; l < kFloat16Lanes; ++l) out[l].x = Float16BitsToFloat(h[l].x);
+}
+template <typename H>
+__attribute__((noinline, cold)) void StoreFloat16x8Nans(const Float16Staged* in, H* h) {
+  for (int l = 0; l < kFloat16Lanes; ++l) h[l].x = FloatToFloat16Bits(in[l].x);
+}
 template <typename H>
 inline void LoadFloat16x8(const H* h, Float16Staged* out) {
   static_assert(sizeof(H) == 2 && sizeof(Float16Staged) == 4, "16-bit slots, float staging");
   const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
   _mm256_storeu_ps(reinterpret_cast<float*>(out), x);
-  if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) {
-    for (int l = 0; l < kFloat16Lanes; ++l) out[l].x = Float16BitsToFloat(h[l].x);
-  }
+  if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) LoadFloat16x8Nans(h, out);
 }
 template <typename H>
 inline void StoreFloat16x8(const Float16Staged* in, H* h) {
   const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(in));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-  if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) {
-    for (int l = 0; l < kFloat16Lanes; ++l) h[l].x = FloatToFloat16Bits(in[l].x);
-  }
+  if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) StoreFloat16x8Nans(in, h);
 }
 #endif
 
@@ -514,6 +519,7 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_R
         Float16Staged m8[kFloat16Lanes], v8[kFloat16Lanes];
         LoadFloat16x8(m + j, m8);
         LoadFloat16x8(v + j, v8);
+#pragma GCC unroll 1  // a loop of 8 for the vectorizer, not 8 unrolled elements
         for (int l = 0; l < kFloat16Lanes; ++l) {
           LazyAdamElement<kStochastic, T, Float16Staged, C, kDecay>(
               var + j + l, m8 + l, v8 + l, Load<C>(g[j + l]), s, noise, j + l);
@@ -610,6 +616,7 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OP
       for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
         Float16Staged m8[kFloat16Lanes];
         LoadFloat16x8(m + j, m8);
+#pragma GCC unroll 1  // as in LazyAdamRow
         for (int l = 0; l < kFloat16Lanes; ++l) {
           LazyAdamRowwiseElement<kStochastic, T, Float16Staged, C, kDecay>(
               var + j + l, m8 + l, Load<C>(g[j + l]), denominator, s, noise, j + l);
