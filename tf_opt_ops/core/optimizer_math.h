@@ -14,6 +14,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(__F16C__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#endif
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -23,6 +27,16 @@
 #endif
 
 #define TF_OPT_OPS_RESTRICT __restrict__
+
+// A row loop's whole body inlined, so that the loop vectorizes: in a translation
+// unit as large as cpu_kernels.cc (every op x type x level), GCC's inliner
+// left the slots' rounding (StoreSlot) out of line, a call per element.
+// Device code inlines everything already.
+#if defined(__CUDACC__)
+#define TF_OPT_OPS_ROW_LOOP TF_OPT_OPS_HOST_DEVICE
+#else
+#define TF_OPT_OPS_ROW_LOOP inline __attribute__((flatten))
+#endif
 
 // Eigen's 16-bit types, for Load/Store and HalfKindOf below.
 namespace Eigen {
@@ -250,6 +264,52 @@ struct HalfKindOf<Eigen::bfloat16> {
   }
 };
 
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+// float16 row loops convert 8 elements per F16C instruction: GCC converts
+// _Float16 one element at a time (it has no vector _Float16 below
+// AVX512-FP16), which left those loops scalar. A row loop loads 8 slot values
+// into Float16Staged, runs the element's math on them (Load reads the float;
+// StoreSlot rounds as for float16, up to the final conversion to nearest
+// even) and stores them with StoreFloat16x8, which is that conversion.
+struct Float16Staged {
+  float x;
+  Float16Staged() = default;
+  explicit Float16Staged(float value) : x(value) {}
+  explicit operator float() const { return x; }
+  explicit operator double() const { return x; }
+};
+template <>
+struct HalfKindOf<Float16Staged> {
+  static constexpr HalfKind value = HalfKind::kFloat16;
+};
+constexpr int kFloat16Lanes = 8;
+
+// Float16BitsToFloat and FloatToFloat16Bits of 8 elements (`H`: Eigen::half),
+// a NaN among them taking the one-at-a-time path for its bits; that path is
+// kept out of line, so that the flattened row loops stay tight.
+template <typename H>
+__attribute__((noinline, cold)) void LoadFloat16x8Nans(const H* h, Float16Staged* out) {
+  for (int l = 0; l < kFloat16Lanes; ++l) out[l].x = Float16BitsToFloat(h[l].x);
+}
+template <typename H>
+__attribute__((noinline, cold)) void StoreFloat16x8Nans(const Float16Staged* in, H* h) {
+  for (int l = 0; l < kFloat16Lanes; ++l) h[l].x = FloatToFloat16Bits(in[l].x);
+}
+template <typename H>
+inline void LoadFloat16x8(const H* h, Float16Staged* out) {
+  static_assert(sizeof(H) == 2 && sizeof(Float16Staged) == 4, "16-bit slots, float staging");
+  const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  _mm256_storeu_ps(reinterpret_cast<float*>(out), x);
+  if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) LoadFloat16x8Nans(h, out);
+}
+template <typename H>
+inline void StoreFloat16x8(const Float16Staged* in, H* h) {
+  const __m256 x = _mm256_loadu_ps(reinterpret_cast<const float*>(in));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) StoreFloat16x8Nans(in, h);
+}
+#endif
+
 TF_OPT_OPS_HOST_DEVICE uint32_t FloatBits(float x) {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);
@@ -350,7 +410,9 @@ TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
 #else
       const float whole = std::floor(q);
 #endif
-      const uint32_t fraction = static_cast<uint32_t>((q - whole) * 16777216.0f);
+      // Below 2^24: through int32, which vectorizes (AVX2 has no float-to-uint32).
+      const uint32_t fraction =
+          static_cast<uint32_t>(static_cast<int32_t>((q - whole) * 16777216.0f));
       const float up = (noise >> 8) < fraction ? 1.0f : 0.0f;
       const float subnormal =
           BitsFloat(FloatBits((whole + up) * 5.9604644775390625e-08f) | (bits & 0x80000000u));
@@ -445,12 +507,29 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamElement(T* var, S* m, S* v, C g, const AdamS
 // the compiler vectorizes (no per-row Eigen expressions). `G` is the stored
 // gradient type, or the compute type for duplicate-summed rows.
 template <bool kStochastic, typename T, typename S, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
-                                        S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
-                                        int64_t n, const AdamStep<C>& s, RowNoise noise) {
+TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                     S* TF_OPT_OPS_RESTRICT v, const G* TF_OPT_OPS_RESTRICT g,
+                                     int64_t n, const AdamStep<C>& s, RowNoise noise) {
   WithDecay(s, [&](auto decay) {
     constexpr bool kDecay = decltype(decay)::value;
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+    if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {
+      for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
+        Float16Staged m8[kFloat16Lanes], v8[kFloat16Lanes];
+        LoadFloat16x8(m + j, m8);
+        LoadFloat16x8(v + j, v8);
+#pragma GCC unroll 1  // a loop of 8 for the vectorizer, not 8 unrolled elements
+        for (int l = 0; l < kFloat16Lanes; ++l) {
+          LazyAdamElement<kStochastic, T, Float16Staged, C, kDecay>(
+              var + j + l, m8 + l, v8 + l, Load<C>(g[j + l]), s, noise, j + l);
+        }
+        StoreFloat16x8(m8, m + j);
+        StoreFloat16x8(v8, v + j);
+      }
+    }
+#endif
+    for (; j < n; ++j) {
       LazyAdamElement<kStochastic, T, S, C, kDecay>(var + j, m + j, v + j, Load<C>(g[j]), s, noise,
                                                     j);
     }
@@ -523,15 +602,30 @@ TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseElement(T* var, S* m, C g, C denomina
 
 // One touched row with row-wise v (`v` points at the row's one value).
 template <bool kStochastic, typename T, typename S, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
-                                               S* TF_OPT_OPS_RESTRICT v,
-                                               const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                               const AdamStep<C>& s, RowNoise noise) {
+TF_OPT_OPS_ROW_LOOP void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_RESTRICT m,
+                                            S* TF_OPT_OPS_RESTRICT v,
+                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                            const AdamStep<C>& s, RowNoise noise) {
   const C denominator =
       RowwiseSecondMoment<kStochastic, S, C>(v, RowMeanSquare<G, C>(g, n), s, noise);
   WithDecay(s, [&](auto decay) {
     constexpr bool kDecay = decltype(decay)::value;
-    for (int64_t j = 0; j < n; ++j) {
+    int64_t j = 0;
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+    if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {  // as in LazyAdamRow
+      for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
+        Float16Staged m8[kFloat16Lanes];
+        LoadFloat16x8(m + j, m8);
+#pragma GCC unroll 1  // as in LazyAdamRow
+        for (int l = 0; l < kFloat16Lanes; ++l) {
+          LazyAdamRowwiseElement<kStochastic, T, Float16Staged, C, kDecay>(
+              var + j + l, m8 + l, Load<C>(g[j + l]), denominator, s, noise, j + l);
+        }
+        StoreFloat16x8(m8, m + j);
+      }
+    }
+#endif
+    for (; j < n; ++j) {
       LazyAdamRowwiseElement<kStochastic, T, S, C, kDecay>(var + j, m + j, Load<C>(g[j]),
                                                            denominator, s, noise, j);
     }
@@ -777,10 +871,10 @@ TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
 // row loop) gets the plain loop alone.
 template <bool kStandardUpdate, bool kStochastic, bool kDecay, typename T, typename A, typename G,
           typename C>
-TF_OPT_OPS_HOST_DEVICE C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
-                                            A* TF_OPT_OPS_RESTRICT accum,
-                                            const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                            int64_t first, const ClippyStep<C>& step, C min_ratio) {
+TF_OPT_OPS_ROW_LOOP C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
+                                         A* TF_OPT_OPS_RESTRICT accum,
+                                         const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                         const ClippyStep<C>& step, C min_ratio) {
   const ClippyStep<C> s = step;  // a local copy: no aliasing with the stores
   C m = min_ratio;
   bool nan = min_ratio != min_ratio;
@@ -837,9 +931,9 @@ TF_OPT_OPS_HOST_DEVICE C ClippyRatioRow(const T* TF_OPT_OPS_RESTRICT var,
 
 // Pass 2 over `n` contiguous elements, the first of flat index `first`.
 template <bool kStochastic, typename T, typename A, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
-                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
-                                           C scale, const ClippyStep<C>& step) {
+TF_OPT_OPS_ROW_LOOP void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OPS_RESTRICT accum,
+                                        const G* TF_OPT_OPS_RESTRICT g, int64_t n, int64_t first,
+                                        C scale, const ClippyStep<C>& step) {
   // A local copy, as in pass 1: the step's fields (the decay's, read after
   // the accumulator's store) may otherwise alias the stores, which keeps the
   // compiler from vectorizing the loop.
@@ -964,10 +1058,9 @@ TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradElement(T* var, C g, C multiplier, C c
 // value); kStochastic = s.stochastic_rounding for a 16-bit T, so the
 // conditional store leaves the loop.
 template <bool kStochastic, typename T, typename G, typename C>
-TF_OPT_OPS_HOST_DEVICE void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var,
-                                              C* TF_OPT_OPS_RESTRICT accum,
-                                              const G* TF_OPT_OPS_RESTRICT g, int64_t n,
-                                              const RowwiseAdagradStep<C>& s, int64_t row) {
+TF_OPT_OPS_ROW_LOOP void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var, C* TF_OPT_OPS_RESTRICT accum,
+                                           const G* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                           const RowwiseAdagradStep<C>& s, int64_t row) {
   const C mean_square = s.mode == RowwiseWeightDecay::kL2
                             ? RowwiseAdagradMeanSquare<true, T, G, C>(var, g, n, s.weight_decay)
                             : RowwiseAdagradMeanSquare<false, T, G, C>(var, g, n, s.weight_decay);
