@@ -72,10 +72,17 @@ class WindowGradient {
   void Applied() { *window_.row_count = Tindex{0}; }
 
   // Inline: the fused lazy Adam runs them in its instruction-set level's copy.
-  void PrefetchStepRow(int64_t u) const {
+  // PrefetchRow(u) prefetches what TakeRow(u) reads: the row's accumulator row
+  // only where held (a row the window did not hold is not read, and is most of
+  // a window's new rows) and its first value of the step.
+  void PrefetchRow(int64_t u) const {
+    const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
+    if (groups_.first(u) < held_) {
+      const char* held_row = reinterpret_cast<const char*>(window_.accumulator + rows()[u] * row_size());
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(held_row + b, /*rw=*/1, 3);
+    }
     if (step_first_[u] < 0) return;
     const char* v = reinterpret_cast<const char*>(step_.values + step_first_[u] * row_size());
-    const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
   }
   void TakeRow(int64_t u, T steps, T* sum) const {
