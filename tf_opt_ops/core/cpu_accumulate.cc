@@ -125,13 +125,14 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
   status = GroupIds(pool, ids_, held_, window.num_rows, &groups_);
   if (!status.ok()) return status;
   const int64_t num_groups = num_rows();
-  step_first_.resize(num_groups);
-  const Eigen::TensorOpCost chain_cost(4.0 * sizeof(int64_t), sizeof(int64_t), 10.0);
+  step_positions_.resize(num_groups);
+  const Eigen::TensorOpCost chain_cost(5.0 * sizeof(int64_t), 2.0 * sizeof(int64_t), 10.0);
   ForEachItem(pool, num_groups, chain_cost, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       int64_t p = groups_.first(u);
       while (p >= 0 && p < held_) p = groups_.next(p);
-      step_first_[u] = p < 0 ? -1 : p - held_;
+      const int64_t second = p < 0 ? -1 : groups_.next(p);
+      step_positions_[u] = {p < 0 ? -1 : p - held_, second < 0 ? -1 : second - held_};
     }
   });
   return absl::OkStatus();
