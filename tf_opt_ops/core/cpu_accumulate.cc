@@ -125,14 +125,13 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
   status = GroupIds(pool, ids_, held_, window.num_rows, &groups_);
   if (!status.ok()) return status;
   const int64_t num_groups = num_rows();
-  step_positions_.resize(num_groups);
-  const Eigen::TensorOpCost chain_cost(5.0 * sizeof(int64_t), 2.0 * sizeof(int64_t), 10.0);
+  step_first_.resize(num_groups);
+  const Eigen::TensorOpCost chain_cost(4.0 * sizeof(int64_t), sizeof(int64_t), 10.0);
   ForEachItem(pool, num_groups, chain_cost, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       int64_t p = groups_.first(u);
       while (p >= 0 && p < held_) p = groups_.next(p);
-      const int64_t second = p < 0 ? -1 : groups_.next(p);
-      step_positions_[u] = {p < 0 ? -1 : p - held_, second < 0 ? -1 : second - held_};
+      step_first_[u] = p < 0 ? -1 : p - held_;
     }
   });
   return absl::OkStatus();
@@ -141,9 +140,15 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
 template <typename T, typename Tindex>
 void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
   const int64_t dim = row_size();
+  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+  const auto prefetch = [&](int64_t u) {
+    if (groups_.first(u) < held_)
+      PrefetchForWrite(accumulator() + this->rows()[u] * dim, row_bytes);
+    PrefetchStepRow(u);
+  };
   ForEachItem(pool, num_rows(), RowCost<T>(dim), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
-      if (u + kPrefetchSpansMedium < end) PrefetchRow(u + kPrefetchSpansMedium);
+      if (u + kPrefetchSpansMedium < end) prefetch(u + kPrefetchSpansMedium);
       rows[u] = this->rows()[u];
       TakeRow(u, steps, average + u * dim);
     }

@@ -72,19 +72,10 @@ class WindowGradient {
   void Applied() { *window_.row_count = Tindex{0}; }
 
   // Inline: the fused lazy Adam runs them in its instruction-set level's copy.
-  // PrefetchRow(u) prefetches what TakeRow(u) reads: the row's accumulator row
-  // only where held (a row the window did not hold is not read, and is most of
-  // a window's new rows) and its first value of the step.
-  void PrefetchRow(int64_t u) const {
+  void PrefetchStepRow(int64_t u) const {
+    if (step_first_[u] < 0) return;
+    const char* v = reinterpret_cast<const char*>(step_.values + step_first_[u] * row_size());
     const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
-    if (groups_.first(u) < held_) {
-      const char* held_row =
-          reinterpret_cast<const char*>(window_.accumulator + rows()[u] * row_size());
-      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(held_row + b, /*rw=*/1, 3);
-    }
-    const int64_t first = step_positions_[u].first;
-    if (first < 0) return;
-    const char* v = reinterpret_cast<const char*>(step_.values + first * row_size());
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
   }
   void TakeRow(int64_t u, T steps, T* sum) const {
@@ -92,19 +83,20 @@ class WindowGradient {
     T* held_row = window_.accumulator + rows()[u] * dim;
     const T* values = step_.values;
     const bool is_held = groups_.first(u) < held_;
-    const StepPositions step = step_positions_[u];
+    int64_t p = step_first_[u] < 0 ? -1 : step_first_[u] + held_;  // positions in order
     if (!is_held) {
-      std::copy_n(values + step.first * dim, dim, sum);
-    } else if (step.first >= 0) {
-      const T* v = values + step.first * dim;
+      std::copy_n(values + (p - held_) * dim, dim, sum);
+    } else if (p >= 0) {
+      const T* v = values + (p - held_) * dim;
       for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
     } else {
       for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
     }
-    // The step's further values, in order (positions of ids_).
-    for (int64_t p = step.second < 0 ? -1 : step.second + held_; p >= 0; p = groups_.next(p)) {
-      const T* v = values + (p - held_) * dim;
-      for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+    if (p >= 0) {
+      for (p = groups_.next(p); p >= 0; p = groups_.next(p)) {
+        const T* v = values + (p - held_) * dim;
+        for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+      }
     }
     for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] / steps;
     // The average is out of the accumulator: the window is applied.
@@ -117,16 +109,10 @@ class WindowGradient {
   int64_t held_ = 0;         // the held ids: positions [0, held_) of ids_
   std::vector<Tindex> ids_;  // the held ids, then the step's indices
   RowGroups groups_;
-  // Each row's first and second value of the step (-1: none). The groups are
-  // in no order of the step's rows, so its values are read at random: the first
-  // is prefetched with the row's accumulator row, and the second taken from
-  // here rather than from the groups' links, which the row loop would also
-  // read at random (an L3 miss per row at 131,072 rows).
-  struct StepPositions {
-    int64_t first;
-    int64_t second;
-  };
-  std::vector<StepPositions> step_positions_;
+  // Each row's first value of the step (-1: the step does not name it), to
+  // prefetch with the row's accumulator row: the groups are in no order of the
+  // step's rows, so its values are read at random.
+  std::vector<int64_t> step_first_;
 };
 
 }  // namespace cpu

@@ -193,10 +193,10 @@ void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& w
   ForEachItem(pool, window.num_rows(), cost, [&](int64_t begin, int64_t end) {
     // The row's average, as op ResourceSparseTakeWindowGradient writes it.
     std::vector<T> average(dim);
-    // The accumulator's rows are prefetched by the window: only those it holds.
-    ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v)}, offset, length,
-                [&](int64_t u, int64_t o) {
-                  if (u + kPrefetchSpansMedium < end) window.PrefetchRow(u + kPrefetchSpansMedium);
+    ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v), TableOf(window.accumulator())},
+                offset, length, [&](int64_t u, int64_t o) {
+                  if (u + kPrefetchSpansMedium < end)
+                    window.PrefetchStepRow(u + kPrefetchSpansMedium);
                   window.TakeRow(u, steps, average.data());
                   LazyAdamRow<false, T, T>(var + o, m + o, v + o, average.data(), dim, step,
                                            RowNoise{});
