@@ -72,9 +72,9 @@ class WindowGradient {
   void Applied() { *window_.row_count = Tindex{0}; }
 
   // Inline: the fused lazy Adam and Clippy run them in their instruction-set
-  // level's copy.
-  // Prefetches what TakeRow(u) reads: the accumulator's row (where held, for
-  // writing: it is zeroed) and the step's first value row.
+  // level's copy. PrefetchRow(u) prefetches what TakeRow(u) reads: the
+  // accumulator's row (where held, for writing: it is zeroed) and the step's
+  // first value row.
   void PrefetchRow(int64_t u) const {
     if (groups_.first(u) < held_) {
       const char* a = reinterpret_cast<const char*>(window_.accumulator + rows()[u] * row_size());
