@@ -1,12 +1,14 @@
-"""Benchmark: Keras 3 LazyAdam's gradient accumulation against the bare step.
+"""Benchmark: Keras 3 LazyAdam's (or ClippyAdagrad's) gradient accumulation against the bare step.
 
-    python -m benchmarks.bench_accumulation [--rows R --dim D --batch B] [--rounds N]
+    python -m benchmarks.bench_accumulation [--optimizer lazy_adam|clippy_adagrad]
+        [--rows R --dim D --batch B] [--rounds N]
 
-Three Keras 3 LazyAdam steps, each an `apply_gradients` of an IndexedSlices of B
-distinct rows in a `tf.function` on its own table: the bare step, the step with
+Three Keras 3 steps of the optimizer, each an `apply_gradients` of an IndexedSlices
+of B distinct rows in a `tf.function` on its own table: the bare step, the step with
 `gradient_accumulation_steps=2` as it runs (the apply step in one op on the CPU,
-ResourceSparseApplyLazyAdamWindow), and the same with the apply step as it ran
-before (op ResourceSparseTakeWindowGradient, then the update). Each round times
+ResourceSparseApplyLazyAdamWindow or ResourceSparseApplyClippyAdagradWindow), and
+the same with the apply step as it ran before (op ResourceSparseTakeWindowGradient,
+then the update). Each round times
 two windows of each, one call at a time, interleaved (bare, fused, two ops, ...);
 the medians of the micro-steps and of the apply steps, and their ratios to the
 bare step taken within each round, then their median.
@@ -28,13 +30,18 @@ def _call_ms(fn, args):
   return (time.perf_counter() - start) * 1e3
 
 
-def bench_accumulation(case, rounds, seed=0):
+OPTIMIZERS = {"lazy_adam": "LazyAdam", "clippy_adagrad": "ClippyAdagrad"}
+
+
+def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam"):
   import keras
   import tensorflow as tf
 
   from tf_opt_ops import keras as ours
 
-  class TwoOpsLazyAdam(ours.LazyAdam):
+  optimizer_class = getattr(ours, OPTIMIZERS[optimizer])
+
+  class TwoOps(optimizer_class):
     """The apply step as it ran before the window op: the average first."""
 
     def _applies_window(self, variable, accumulator):
@@ -43,14 +50,13 @@ def bench_accumulation(case, rounds, seed=0):
   steps = bench.distinct_row_steps(case, seed)
   init = tf.random.normal((case.rows, case.dim), seed=seed)
   variants = {
-      "bare": bench._apply_gradients_step(ours.LazyAdam(learning_rate=0.001), keras.Variable(init),
-                                          case),
+      "bare": bench._apply_gradients_step(optimizer_class(learning_rate=0.001),
+                                          keras.Variable(init), case),
       "fused": bench._apply_gradients_step(
-          ours.LazyAdam(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init),
+          optimizer_class(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init),
           case),
       "two ops": bench._apply_gradients_step(
-          TwoOpsLazyAdam(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init),
-          case),
+          TwoOps(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init), case),
   }
   del init
   for fn in variants.values():  # trace, warm up, and end on a window's last micro-step
@@ -65,7 +71,10 @@ def bench_accumulation(case, rounds, seed=0):
       times[name]["micro"].append(np.mean(micro))
       times[name]["apply"].append(np.mean(apply))
   bare = (np.array(times["bare"]["micro"]) + np.array(times["bare"]["apply"])) / 2
-  result = {"case": case.label, "rounds": rounds, "bare_ms": float(np.median(bare))}
+  result = {
+      "optimizer": optimizer, "case": case.label, "rounds": rounds,
+      "bare_ms": float(np.median(bare))
+  }
   for name in ("fused", "two ops"):
     micro, apply = np.array(times[name]["micro"]), np.array(times[name]["apply"])
     result[name] = {
@@ -80,13 +89,14 @@ def bench_accumulation(case, rounds, seed=0):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="lazy_adam")
   parser.add_argument("--rows", type=int, default=1_000_000)
   parser.add_argument("--dim", type=int, default=64)
   parser.add_argument("--batch", type=int, default=16_384)
   parser.add_argument("--rounds", type=int, default=100)
   args = parser.parse_args()
   case = bench.AdamCase(args.rows, args.dim, args.batch)
-  result = bench_accumulation(case, args.rounds)
+  result = bench_accumulation(case, args.rounds, optimizer=args.optimizer)
   result["load_average"] = os.getloadavg()
   print(json.dumps(result, indent=1))
 

@@ -356,8 +356,9 @@ def take_window_gradient(accumulator, row_ids, row_count, grad, steps):
 
 
 def window_fuses(var, accumulator):
-  """Whether lazy Adam can take the window's average of `var` in its own pass (`lazy_adam`'s
-  `window`): the op has a CPU kernel only, outside XLA, with the accumulator of var's dtype."""
+  """Whether lazy Adam and Clippy can take the window's average of `var` in their own op
+  (`lazy_adam`'s and `clippy_adagrad`'s `window`): the ops have a CPU kernel only, outside
+  XLA, with the accumulator of var's dtype."""
   return (not _on_gpu(var) and not _tf_private.in_xla_context() and
           tf.as_dtype(accumulator.dtype) == tf.as_dtype(var.dtype))
 
@@ -756,7 +757,8 @@ def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking
 def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold,
                    accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
                    use_standard_accumulator_update, clipping_factor=None, use_locking=False,
-                   indices=None, scale=None, on_mesh=False, light=None, weight_decay=None):
+                   indices=None, scale=None, on_mesh=False, light=None, weight_decay=None,
+                   window=None):
   """Clippy Adagrad on `var` with accumulator `accum`; returns the scale.
 
   The math is the op's (`ops.clippy_adagrad`). A sparse `grad`
@@ -772,9 +774,18 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   (`decay_weights`), of the rows a sparse `grad` names (all rows of a dense
   one); the scale is that of the decayed values. Fused into the sparse op's
   passes where that op runs with its own scale; decayed first otherwise.
+  `window`: as for `lazy_adam` (the sparse op with its own scale and the default
+  accumulator, where `window_fuses` says so).
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
   grad, indices, dtype = _split_gradient(var, grad, indices)
+  if window is not None:
+    if (light is not None or on_mesh or indices is None or scale is not None or
+        not window_fuses(var, window[0])):
+      raise ValueError("clippy_adagrad: window= runs only in the sparse op on the CPU with its "
+                       "own scale and the default accumulator (window_fuses); take the "
+                       "window's average first (take_window_gradient).")
+    indices = tf.cast(indices, window[1].dtype)
   if hasattr(accum, "shape") and hasattr(var, "shape"):  # not bare handles
     check_slot_layout(var, {"accumulator": accum}, light["accumulator_dtype"] if light else dtype)
   if light is not None:
@@ -804,8 +815,8 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
     grad, hypers, flags = _with_given_scale(grad, scale, hypers, flags)
   if indices is not None:
     op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
-                                         weight_decay=weight_decay, **hypers, **flags,
-                                         **(light or {}))
+                                         weight_decay=weight_decay, window=window, **hypers,
+                                         **flags, **(light or {}))
   else:
     op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags,
                                   **(light or {}))
@@ -995,14 +1006,15 @@ class ClippyAdagradMixin:
     return grads_and_vars
 
   def _clippy_apply(self, grad, var, accum, clipping_factor, lr, step, use_locking=False,
-                    indices=None, key=None, on_mesh=False, weight_decay=None):
+                    indices=None, key=None, on_mesh=False, weight_decay=None, window=None):
     """`step`: the 1-based step, which keys a light accumulator's rounding noise;
-    `weight_decay`: the base class's decay of `var` (`clippy_adagrad`'s)."""
+    `weight_decay`: the base class's decay of `var`, `window` a window whose apply step
+    this is (`clippy_adagrad`'s)."""
     scale = self._step_scales.scales.get(key) if key is not None else None
     return clippy_adagrad(var, accum, grad, lr=lr, clipping_factor=clipping_factor,
                           use_locking=use_locking, indices=indices, scale=scale, on_mesh=on_mesh,
                           light=self._light_accumulator_options(var, step),
-                          weight_decay=weight_decay, **self._clippy_options())
+                          weight_decay=weight_decay, window=window, **self._clippy_options())
 
 
 # The class docstrings every flavor shares; each formula is stated once, in its op's doc.

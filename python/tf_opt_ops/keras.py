@@ -220,8 +220,16 @@ class _Keras3Mixin(_core.LazyMovingAverageMixin):
 
   def _applies_window(self, variable, accumulator):
     """Whether `update_step` takes `variable`'s window (`window=`) from its last micro-step's
-    sparse gradient, averaging and updating its rows in one pass; else the window's average
+    sparse gradient, averaging and updating its rows in one op; else the window's average
     is taken first (`_core.take_window_gradient`)."""
+    # Clipping needs the window's whole average first, and the EMA's catch-up is its own
+    # fused op.
+    clips = (self.clipnorm, self.clipvalue, self.global_clipnorm)
+    return (self._has_window_op(variable) and not any(clips) and not self.use_ema and
+            _core.window_fuses(_tf_variable(variable), accumulator))
+
+  def _has_window_op(self, variable):
+    """Whether this optimizer has a window op for `variable`'s state (its default layout)."""
     return False
 
   def _moving_average_step(self):
@@ -285,12 +293,8 @@ class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
     # graphs (where convert_checkpoint finds the slots).
     self._momentums, self._velocities = momentums, velocities
 
-  def _applies_window(self, variable, accumulator):
-    # Clipping needs the window's whole average first, and the EMA's catch-up is its own
-    # fused op.
-    return (not any((self.clipnorm, self.clipvalue, self.global_clipnorm)) and not self.use_ema and
-            self._light_options(variable) is None and
-            _core.window_fuses(_tf_variable(variable), accumulator))
+  def _has_window_op(self, variable):
+    return self._light_options(variable) is None
 
   def update_step(self, gradient, variable, learning_rate, window=None):
     index = self._get_variable_index(variable)
@@ -339,15 +343,19 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Opt
     self._accumulators, self.clipping_factors = accumulators, clipping_factors
     self._build_row_state(var_list)
 
-  def update_step(self, gradient, variable, learning_rate):
+  def _has_window_op(self, variable):
+    return self._light_accumulator.op_options(_tf_variable(variable)) is None
+
+  def update_step(self, gradient, variable, learning_rate, window=None):
     index = self._get_variable_index(variable)
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
 
     def update():
-      # The op decays the rows it updates, in the same passes.
+      # The op decays the rows it updates (and with `window` takes the window's average),
+      # in the same passes.
       return self._clippy_apply(gradient, _tf_variable(variable), self._accumulators[index], factor,
                                 learning_rate, step=self.iterations + 1,
-                                weight_decay=self._weight_decay_of(variable))
+                                weight_decay=self._weight_decay_of(variable), window=window)
 
     self._with_moving_average(gradient, variable, update)
 

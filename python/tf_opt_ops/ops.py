@@ -37,6 +37,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradW",
     "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
     "TfOptOps>ResourceSparseApplyLazyMovingAverage",
     "TfOptOps>ResourceSparseAccumulateRows",
@@ -162,7 +164,7 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           absolute_threshold=1e-7, clip_accumulator_update=False,
                           use_standard_accumulator_update=False, use_locking=False,
                           accumulator_dtype=None, stochastic_rounding=False, seed=0, step=0,
-                          weight_decay=None, name=None):
+                          weight_decay=None, window=None, name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only (op
@@ -175,11 +177,28 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   its update, whose scale then reads the decayed rows (op
   `TfOptOps>ResourceSparseApplyClippyAdagradW`, or `...WV2` for a light
   accumulator).
+
+  `window` (None: none): `(accumulator, row_ids, row_count, steps)`, a gradient
+  accumulation window (`sparse_accumulate_rows`' state) whose apply step this is, `grad`
+  at `indices` its last micro-step: the rows of the window are updated with the window's
+  average, taken and cleared as `sparse_take_window_gradient` takes it, in the same op
+  (`TfOptOps>ResourceSparseApplyClippyAdagradWindow`, `...WWindow` with `weight_decay`):
+  the numbers of `sparse_take_window_gradient` followed by this update. CPU only,
+  `accum` and `accumulator` of `var`'s dtype (no V2 options), `row_ids` of `indices`'.
   """
   grad = tf.convert_to_tensor(grad)
-  decay = {}
+  extra_inputs = {}
   if weight_decay is not None:
-    decay = dict(weight_decay=_scalar(weight_decay, scalar_dtype(grad.dtype)))
+    extra_inputs.update(weight_decay=_scalar(weight_decay, scalar_dtype(grad.dtype)))
+  if window is not None:
+    if stochastic_rounding or tf.as_dtype(accumulator_dtype or
+                                          _value_dtype(accum, grad)) != grad.dtype:
+      raise ValueError("sparse_clippy_adagrad: window= needs an accumulator of var's dtype (op "
+                       "ResourceSparseApplyClippyAdagradWindow); with a light one, run "
+                       "sparse_take_window_gradient first, then this update.")
+    accumulator, row_ids, row_count, steps = window
+    extra_inputs.update(accumulator=_handle(accumulator), row_ids=_handle(row_ids),
+                        row_count=_handle(row_count), steps=tf.cast(steps, tf.int64))
   return _apply_clippy(
       "resource_sparse_apply_clippy_adagrad", var, accum, grad,
       dict(lr=lr, epsilon=epsilon, variable_relative_threshold=variable_relative_threshold,
@@ -188,14 +207,16 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
       dict(accumulator_dtype=accumulator_dtype, stochastic_rounding=stochastic_rounding, seed=seed,
            step=step), indices=indices, clip_accumulator_update=clip_accumulator_update,
       use_standard_accumulator_update=use_standard_accumulator_update, use_locking=use_locking,
-      name=name, **decay)
+      name=name, **extra_inputs)
 
 
 def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_and_attrs):
   """Runs Clippy op `op_name` (or its V2, for a light accumulator; the W op of either with a
-  `weight_decay` input) with the hyperparameters as scalars of the kernels' dtype."""
+  `weight_decay` input; its window op with a window's `steps`) with the hyperparameters as
+  scalars of the kernels' dtype."""
   grad = tf.convert_to_tensor(grad)
   decays = "weight_decay" in inputs_and_attrs
+  window = "_window" if "steps" in inputs_and_attrs else ""
   accumulator_dtype = tf.as_dtype(light["accumulator_dtype"] or _value_dtype(accum, grad))
   library = load_library()
   inputs = dict(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
@@ -204,7 +225,7 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
   # the mismatch).
   if not light["stochastic_rounding"] and (accumulator_dtype == grad.dtype or accumulator_dtype
                                            not in _LIGHT_TYPES or grad.dtype not in _LIGHT_TYPES):
-    return getattr(library, f"tf_opt_ops_{op_name}{'_w' if decays else ''}")(**inputs)
+    return getattr(library, f"tf_opt_ops_{op_name}{'_w' if decays else ''}{window}")(**inputs)
   return getattr(library,
                  f"tf_opt_ops_{op_name}{'_wv2' if decays else '_v2'}")(**inputs, step=tf.cast(
                      light["step"], tf.int64), Taccum=accumulator_dtype, stochastic_rounding=bool(

@@ -129,7 +129,9 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseAccumulateRows", "TfOptOps>ResourceSparseTakeWindowGradient",
       "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
       "TfOptOps>ResourceSparseApplyLazyAdamWAveraged", "TfOptOps>ResourceSparseApplyLazyAdamWindow",
-      "TfOptOps>ResourceSparseApplyLazyAdamWWindow"
+      "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
+      "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
+      "TfOptOps>ResourceSparseApplyClippyAdagradWWindow"
   }
 
   @tf.function

@@ -239,21 +239,29 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
     ids = keras.ops.convert_to_numpy(opt._window_row_ids[0])[:count]
     np.testing.assert_array_equal(ids, indices)
   if mode == "function":
-    # LazyAdam without clipping takes the window's average in its update's pass.
-    fused = opt_name == "LazyAdam" and clip is None
+    # Without clipping the update takes the window's average in its own op.
+    fused = clip is None
     types = _assert_graph_stays_sparse(step, opt_name,
-                                       _micro_batches()[0], WINDOW_SPARSE_OPS if fused else None)
+                                       _micro_batches()[0], WINDOW_OPS if fused else None)
     # On the CPU each side of the window is one fused op, which reads and writes the window's
     # rows only: no scatter or gather of the accumulator or its ids in TensorFlow ops.
-    assert (WINDOW_ACCUMULATION_OPS if fused else ACCUMULATION_OPS) <= types, sorted(types)
+    accumulation_ops = {ACCUMULATE_OP, WINDOW_OPS[opt_name]} if fused else ACCUMULATION_OPS
+    assert accumulation_ops <= types, sorted(types)
     assert not types & ROW_COPYING_OPS, sorted(types & ROW_COPYING_OPS)
 
 
+ACCUMULATE_OP = "TfOptOps>ResourceSparseAccumulateRows"
 TAKE_WINDOW_OP = "TfOptOps>ResourceSparseTakeWindowGradient"
-ACCUMULATION_OPS = {"TfOptOps>ResourceSparseAccumulateRows", TAKE_WINDOW_OP}
-WINDOW_OP = "TfOptOps>ResourceSparseApplyLazyAdamWindow"
-WINDOW_SPARSE_OPS = {"LazyAdam": WINDOW_OP}
-WINDOW_ACCUMULATION_OPS = {"TfOptOps>ResourceSparseAccumulateRows", WINDOW_OP}
+ACCUMULATION_OPS = {ACCUMULATE_OP, TAKE_WINDOW_OP}
+# The window's apply step in one op (with weight decay: the W op's).
+WINDOW_OPS = {
+    "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamWindow",
+    "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
+}
+WINDOW_DECAY_OPS = {
+    "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
+    "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
+}
 ROW_COPYING_OPS = {
     "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceGather", "Unique", "TensorScatterAdd"
 }
@@ -294,17 +302,18 @@ def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_na
 
 @pytest.mark.parametrize("weight_decay", [None, 0.01], ids=["plain", "weight-decay"])
 @pytest.mark.parametrize("mode", ["eager", "function"])
-def test_lazy_adam_window_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, mode, weight_decay):
-  """Keras 3 LazyAdam on the CPU takes the window's average in its update's pass
-  (ResourceSparseApplyLazyAdam[W]Window): over several windows every variable, the
-  accumulators and the window's row ids included, equals the run that takes the average
-  first (TakeWindowGradient, then the update) bit for bit."""
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+def test_window_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, opt_name, mode, weight_decay):
+  """Keras 3 LazyAdam and ClippyAdagrad on the CPU take the window's average in their update's
+  op (ResourceSparseApply{LazyAdam,ClippyAdagrad}[W]Window): over several windows and a
+  partial one every variable, the accumulators and the window's row ids included, equals the
+  run that takes the average first (TakeWindowGradient, then the update) bit for bit."""
   from tf_opt_ops import _core
 
   options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS, weight_decay=weight_decay)
-  make = common.flavor_module("keras").LazyAdam
+  make = getattr(common.flavor_module("keras"), opt_name)
   batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS * 2)
-  window_op = WINDOW_OP if weight_decay is None else "TfOptOps>ResourceSparseApplyLazyAdamWWindow"
+  window_op = (WINDOW_OPS if weight_decay is None else WINDOW_DECAY_OPS)[opt_name]
   runs = {}
   for path in ("one op", "two ops"):
     with monkeypatch.context() as patch:

@@ -140,15 +140,9 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
 template <typename T, typename Tindex>
 void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
   const int64_t dim = row_size();
-  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
-  const auto prefetch = [&](int64_t u) {
-    if (groups_.first(u) < held_)
-      PrefetchForWrite(accumulator() + this->rows()[u] * dim, row_bytes);
-    PrefetchStepRow(u);
-  };
   ForEachItem(pool, num_rows(), RowCost<T>(dim), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
-      if (u + kPrefetchSpansMedium < end) prefetch(u + kPrefetchSpansMedium);
+      if (u + kPrefetchSpansMedium < end) PrefetchRow(u + kPrefetchSpansMedium);
       rows[u] = this->rows()[u];
       TakeRow(u, steps, average + u * dim);
     }

@@ -57,8 +57,8 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
 // a held row the step does not name is its accumulator row plus 0. It then
 // zeroes the row of the accumulator (where held). Take takes every row
 // (`rows`, [num_rows()]; `average`, [num_rows(), row_size]) and zeroes the
-// count; a caller that takes the rows itself (the fused lazy Adam of
-// cpu_kernels.h) calls Applied once it has.
+// count; a caller that takes the rows itself (the fused lazy Adam and Clippy
+// of cpu_kernels.h) calls Applied once it has.
 template <typename T, typename Tindex>
 class WindowGradient {
  public:
@@ -71,7 +71,18 @@ class WindowGradient {
   void Take(const CpuPool& pool, T steps, int64_t* rows, T* average);
   void Applied() { *window_.row_count = Tindex{0}; }
 
-  // Inline: the fused lazy Adam runs them in its instruction-set level's copy.
+  // Inline: the fused lazy Adam and Clippy run them in their instruction-set
+  // level's copy. PrefetchRow(u) prefetches what TakeRow(u) reads: the
+  // accumulator's row (where held, for writing: it is zeroed) and the step's
+  // first value row.
+  void PrefetchRow(int64_t u) const {
+    if (groups_.first(u) < held_) {
+      const char* a = reinterpret_cast<const char*>(window_.accumulator + rows()[u] * row_size());
+      const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(a + b, /*rw=*/1, 3);
+    }
+    PrefetchStepRow(u);
+  }
   void PrefetchStepRow(int64_t u) const {
     if (step_first_[u] < 0) return;
     const char* v = reinterpret_cast<const char*>(step_.values + step_first_[u] * row_size());

@@ -96,6 +96,22 @@ void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& w
   avx::SparseApplyLazyAdamWindow<T, Tindex>(pool, window, steps, var, m, v, step);
 }
 
+template <typename T, typename Tindex>
+ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window,
+                                           T steps, T* var, T* accum,
+                                           const ClippyStep<ComputeT<T>>& step) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return avx512::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum,
+                                                               step);
+    case CpuIsa::kAvx2:
+      return avx2::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum, step);
+    case CpuIsa::kAvx:
+      break;
+  }
+  return avx::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum, step);
+}
+
 TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)
 TF_OPT_OPS_CPU_TABLE_TYPES(TF_OPT_OPS_CPU_TABLE_INSTANTIATE)
 

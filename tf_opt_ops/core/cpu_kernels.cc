@@ -7,6 +7,7 @@
 #include "tf_opt_ops/core/cpu_kernels.h"
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -37,14 +38,23 @@ void WithRounding(bool stochastic, F&& f) {
   f(std::false_type{});
 }
 
+// Nothing to do before a span's ratio (ClippyTwoPasses' `before_ratio`).
+struct NothingBeforeRatio {
+  void operator()(int64_t, int64_t) const {}
+};
+
 // Clippy's two passes over `count` spans in parallel: span k covers
 // `length(k)` elements of var/accum from `offset(k)` (the flat index of the
 // first, which keys the accumulator's rounding noise) and of the gradient
-// from `grad_offset(k)`. Returns the scale.
-template <typename T, typename A, typename G, typename Offset, typename Length, typename GradOffset>
+// from `grad_offset(k)`. The first pass calls `before_ratio(k, end)` (`end`:
+// the end of k's work item) before span k's ratio, which may write the
+// span's gradient first. Returns the scale.
+template <typename T, typename A, typename G, typename Offset, typename Length, typename GradOffset,
+          typename BeforeRatio = NothingBeforeRatio>
 ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad, int64_t count,
                             int64_t span, Offset offset, Length length, GradOffset grad_offset,
-                            const ClippyStep<ComputeT<T>>& step) {
+                            const ClippyStep<ComputeT<T>>& step,
+                            BeforeRatio before_ratio = BeforeRatio{}) {
   using C = ComputeT<T>;
   std::mutex mu;
   C min_ratio = C(1);
@@ -57,6 +67,7 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad
           C local = C(1);
           ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
                       [&](int64_t k, int64_t o) {
+                        before_ratio(k, end);
                         local = ClippyRatioRow<kStochastic>(
                             var + o, accum + o, grad + grad_offset(k), length(k), o, step, local);
                       });
@@ -229,6 +240,32 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
                              touched.offset(), touched.length(), grad_offset, step);
   });
   return absl::OkStatus();
+}
+
+template <typename T, typename Tindex>
+ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window,
+                                           T steps, T* var, T* accum,
+                                           const ClippyStep<ComputeT<T>>& step) {
+  const int64_t dim = window.row_size();
+  const int64_t num_rows = window.num_rows();
+  const int64_t* rows = window.rows();
+  // The window's average, as op ResourceSparseTakeWindowGradient writes it:
+  // the first pass takes each row just before its ratio, and the second reads
+  // it again (the scale needs every row's ratio first, so no buffer of the
+  // thread would do).
+  std::unique_ptr<T[]> average(new T[num_rows * dim]);
+  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  const auto grad_offset = [dim](int64_t u) { return u * dim; };
+  const ComputeT<T> scale =
+      ClippyTwoPasses(pool, var, accum, static_cast<const T*>(average.get()), num_rows, dim, offset,
+                      length, grad_offset, step, [&](int64_t u, int64_t end) {
+                        if (u + kPrefetchSpansMedium < end)
+                          window.PrefetchRow(u + kPrefetchSpansMedium);
+                        window.TakeRow(u, steps, average.get() + u * dim);
+                      });
+  window.Applied();
+  return scale;
 }
 
 template <typename T, typename Tindex>

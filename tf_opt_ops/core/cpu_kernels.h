@@ -74,6 +74,13 @@ struct LazyAverage {
 // row) into a buffer of the thread, then that row updated as
 // SparseApplyLazyAdam updates it with the average as its gradient row, in
 // one pass; then the window's count zeroed.
+//
+// SparseApplyClippyAdagradWindow: the same for sparse Clippy Adagrad (op
+// ResourceSparseApplyClippyAdagradWindow), the accumulator of the table's
+// type: the first pass takes each distinct row's average into a buffer of the
+// window's rows, then computes its ratio; the second applies the scale with
+// those averages as the gradient rows, as SparseApplyClippyAdagrad; then the
+// window's count zeroed. Returns the scale.
 #define TF_OPT_OPS_CPU_KERNELS_DECLARATIONS                                                        \
   template <typename T, typename S, typename Tindex>                                               \
   absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var, \
@@ -96,7 +103,11 @@ struct LazyAverage {
                                            const LazyAverage<T>& average);                         \
   template <typename T, typename Tindex>                                                           \
   void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,  \
-                                 T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step);
+                                 T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step);           \
+  template <typename T, typename Tindex>                                                           \
+  ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool,                                  \
+                                             WindowGradient<T, Tindex>& window, T steps, T* var,   \
+                                             T* accum, const ClippyStep<ComputeT<T>>& step);
 
 // Every (variable, slot or accumulator) type pair the entry points are
 // instantiated for: each variable type of the ops (half, bfloat16, float,
@@ -133,15 +144,17 @@ struct LazyAverage {
 // the compute type (row-wise Adagrad, lazy Adam with its moving average), and
 // the instantiations of those entry points for one, with both index types.
 #define TF_OPT_OPS_CPU_TABLE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
-#define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                        \
-  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(                                    \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*,                            \
-      const RowwiseAdagradStep<ComputeT<T>>&);                                                   \
-  template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                                  \
-      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&,    \
-      const LazyAverage<T>&);                                                                    \
-  template void SparseApplyLazyAdamWindow<T, Tindex>(const CpuPool&, WindowGradient<T, Tindex>&, \
-                                                     T, T*, T*, T*, const AdamStep<ComputeT<T>>&);
+#define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                          \
+  template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(                                      \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*,                              \
+      const RowwiseAdagradStep<ComputeT<T>>&);                                                     \
+  template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                                    \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&,      \
+      const LazyAverage<T>&);                                                                      \
+  template void SparseApplyLazyAdamWindow<T, Tindex>(const CpuPool&, WindowGradient<T, Tindex>&,   \
+                                                     T, T*, T*, T*, const AdamStep<ComputeT<T>>&); \
+  template ComputeT<T> SparseApplyClippyAdagradWindow<T, Tindex>(                                  \
+      const CpuPool&, WindowGradient<T, Tindex>&, T, T*, T*, const ClippyStep<ComputeT<T>>&);
 #define TF_OPT_OPS_CPU_TABLE_INSTANTIATE(T)          \
   TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int32_t) \
   TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int64_t)

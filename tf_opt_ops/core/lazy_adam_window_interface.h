@@ -22,15 +22,14 @@ enum Input : int {
 };
 
 // The resource variables, in the order the OpKernel acquires them (the table
-// first, the others checked against it), named as errors name them: row_ids
-// (one id per row) is the row slot, row_count the scalar.
+// first, the others checked against it), named as errors name them; the
+// window's three last: row_ids (one id per row) is the row slot, row_count
+// the scalar.
 constexpr int kNumVariables = 6;
 constexpr int kVariableInputs[kNumVariables] = {lazy_adam::kVar, lazy_adam::kM, lazy_adam::kV,
                                                 kAccumulator,    kRowIds,       kRowCount};
 constexpr const char* kVariableNames[kNumVariables] = {"var",         "m",       "v",
                                                        "accumulator", "row_ids", "row_count"};
-constexpr int kRowIdsSlot = 4;    // row_ids' place in kVariableInputs
-constexpr int kRowCountSlot = 5;  // row_count's place in kVariableInputs
 
 // Whether an op with `num_inputs` inputs is the W op.
 constexpr bool HasWeightDecay(int num_inputs) { return num_inputs > kWeightDecay; }

@@ -12,6 +12,7 @@
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
+#include "tf_opt_ops/core/clippy_adagrad_window_interface.h"
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
@@ -85,6 +86,33 @@ struct SparseApplyClippyAdagrad<GPUDevice, T, A, Tindex> {
 
 }  // namespace functor
 
+namespace {
+
+// The step of the hyperparameter inputs and the accumulator-update attrs.
+template <typename C>
+absl::Status ReadClippyStep(OpKernelContext* ctx, bool clip_accumulator_update,
+                            bool use_standard_accumulator_update, ClippyStep<C>* step) {
+  using namespace clippy_adagrad;  // NOLINT: the input names
+  C hyper[kNumHyperparameters];
+  for (int k = 0; k < kNumHyperparameters; ++k) {
+    TF_RETURN_IF_ERROR(
+        ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k], &hyper[k]));
+  }
+  *step = MakeStep(hyper, clip_accumulator_update, use_standard_accumulator_update);
+  return absl::OkStatus();
+}
+
+// `step` with the weight decay of a W op, its input `input`.
+template <typename C>
+absl::Status ReadWeightDecay(OpKernelContext* ctx, int input, ClippyStep<C>* step) {
+  C weight_decay;
+  TF_RETURN_IF_ERROR(ReadScalar(ctx, input, clippy_adagrad::kWeightDecayName, &weight_decay));
+  *step = clippy_adagrad::WithWeightDecay(*step, weight_decay);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 // One OpKernel for the dense and the sparse op, and their V2 (kLight: the
 // accumulator of type A = Taccum, its rounding from the attrs and the step
 // input): they differ in the gradient inputs only. The sparse kernels also
@@ -113,25 +141,16 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
                           {kVariableNames, kVariableNames + kNumVariables},
                           {tensorflow::DataTypeToEnum<T>::v(), tensorflow::DataTypeToEnum<A>::v()},
                           /*row_slot=*/-1));
-    C hyper[kNumHyperparameters];
-    for (int k = 0; k < kNumHyperparameters; ++k) {
-      OP_REQUIRES_OK(ctx,
-                     ReadScalar(ctx, kFirstHyperparameter + k, kHyperparameterNames[k], &hyper[k]));
-    }
-    ClippyStep<C> step =
-        MakeStep(hyper, clip_accumulator_update_, use_standard_accumulator_update_);
+    ClippyStep<C> step{};
+    OP_REQUIRES_OK(ctx, ReadClippyStep(ctx, clip_accumulator_update_,
+                                       use_standard_accumulator_update_, &step));
     if (kLight) {
       int64_t t = 0;
       OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, StepInput(kSparse), "step", &t));
       step.stochastic_rounding = stochastic_rounding_;
       step.noise_key = ClippyNoiseKey(static_cast<uint64_t>(seed_), t);
     }
-    if (decays_) {
-      C weight_decay;
-      OP_REQUIRES_OK(ctx,
-                     ReadScalar(ctx, WeightDecayInput(kLight), kWeightDecayName, &weight_decay));
-      step = WithWeightDecay(step, weight_decay);
-    }
+    if (decays_) OP_REQUIRES_OK(ctx, ReadWeightDecay(ctx, WeightDecayInput(kLight), &step));
     const Tensor& grad = ctx->input(kGrad);
     Tensor* var = vars.tensor(kVar);
     Tensor* accum = vars.tensor(kAccum);
@@ -177,6 +196,60 @@ absl::Status ClippyAdagradOp<Device, T, A, Tindex, kSparse, kLight>::SetScaleToO
   scale->scalar<C>()() = C(1);  // host memory
   return absl::OkStatus();
 }
+
+// Ops ResourceSparseApplyClippyAdagradWindow and its W op: the window's
+// average (cpu::WindowGradient, as op ResourceSparseTakeWindowGradient takes
+// it) and the sparse Clippy Adagrad of ClippyAdagradOp on it, in one op
+// (cpu::SparseApplyClippyAdagradWindow). CPU only, the accumulator of the
+// table's dtype: elsewhere the optimizers take the window's average, then run
+// Clippy.
+template <typename T, typename Tindex>
+class SparseApplyClippyAdagradWindowOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyClippyAdagradWindowOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
+                                                        &use_standard_accumulator_update_));
+    decays_ = clippy_adagrad_window::HasWeightDecay(ctx->num_inputs());
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace clippy_adagrad;         // NOLINT: the input names
+    using namespace clippy_adagrad_window;  // NOLINT: the input names
+    WindowApplyInputs<T, Tindex> inputs;
+    OP_REQUIRES_OK(ctx, inputs.Acquire(ctx, kVariableInputs, clippy_adagrad_window::kVariableNames,
+                                       clippy_adagrad_window::kNumVariables));
+    ClippyStep<C> step{};
+    OP_REQUIRES_OK(ctx, ReadClippyStep(ctx, clip_accumulator_update_,
+                                       use_standard_accumulator_update_, &step));
+    if (decays_) OP_REQUIRES_OK(ctx, ReadWeightDecay(ctx, kWeightDecay, &step));
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    OP_REQUIRES_OK(ctx, inputs.Group(ctx, pool, kGrad, kIndices, kSteps));
+    Tensor* scale = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
+    if (inputs.window().num_rows() == 0) {  // an empty window: nothing clipped, as the two ops
+      scale->scalar<C>()() = C(1);
+      inputs.window().Applied();
+      return;
+    }
+    scale->scalar<C>()() = cpu::SparseApplyClippyAdagradWindow<T, Tindex>(
+        pool, inputs.window(), inputs.steps(), inputs.tensor(kVar)->template flat<T>().data(),
+        inputs.tensor(kAccum)->template flat<T>().data(), step);
+  }
+
+ private:
+  bool use_locking_;
+  bool clip_accumulator_update_;
+  bool use_standard_accumulator_update_;
+  bool decays_;  // the W op: the weight decay is its last input
+};
+
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradWindow",
+                                        SparseApplyClippyAdagradWindowOp)
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
+                                        SparseApplyClippyAdagradWindowOp)
 
 // The kernels of the ops `dense`, `sparse` and `sparse_w` (the W op) on Device
 // (the sparse ones with both index types); `constraints` adds the V2 ops'

@@ -92,4 +92,22 @@ template <int N>
           .TypeConstraint<Tindex>("Tindices"),                                                \
       Kernel<Device, T, Tindex>);
 
+// Registers the OpKernel class template `Kernel`<T, Tindex> as the CPU-only
+// sparse op `name` for tables of half, bfloat16, float and double with int32
+// and int64 indices (the window ops).
+#define TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP(name, Kernel)           \
+  TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_T(name, Kernel, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_T(name, Kernel, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_T(name, Kernel, float)           \
+  TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_T(name, Kernel, double)
+#define TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_T(name, Kernel, T)         \
+  TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_KERNEL(name, Kernel, T, int32_t) \
+  TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_KERNEL(name, Kernel, T, int64_t)
+#define TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_KERNEL(name, Kernel, T, Tindex) \
+  TF_OPT_OPS_REGISTER_KERNEL(Name(name)                                      \
+                                 .Device(tensorflow::DEVICE_CPU)             \
+                                 .TypeConstraint<T>("T")                     \
+                                 .TypeConstraint<Tindex>("Tindices"),        \
+                             Kernel<T, Tindex>);
+
 #endif  // TF_OPT_OPS_KERNELS_KERNEL_REGISTRATION_H_

@@ -221,24 +221,6 @@ TF_OPT_OPS_REGISTER_AVERAGED_T(double)
 #undef TF_OPT_OPS_REGISTER_AVERAGED_INDEX
 #undef TF_OPT_OPS_REGISTER_AVERAGED
 
-namespace {
-
-// The window ops' variables: var, m, v and accumulator of the gradient's
-// dtype, row_ids and row_count of the indices'.
-absl::Status WindowDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
-                                 tensorflow::DataType want, tensorflow::DataType) {
-  if (static_cast<int>(k) < lazy_adam_window::kRowIdsSlot) {
-    return VariableDtypeMismatch(name, got, want);
-  }
-  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but must be ",
-                         tensorflow::DataTypeString(want),
-                         ": row_ids, row_count and indices share one integer dtype.");
-}
-
-constexpr VariableErrors kWindowErrors{WindowDtypeMismatch, CheckRowSlotShape};
-
-}  // namespace
-
 // Ops ResourceSparseApplyLazyAdamWindow and its W op: the window's average
 // (cpu::WindowGradient, as op ResourceSparseTakeWindowGradient takes it) and
 // the lazy Adam of SparseApplyLazyAdamOp on it, in one pass
@@ -257,44 +239,17 @@ class SparseApplyLazyAdamWindowOp : public tensorflow::OpKernel {
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
     using namespace lazy_adam;         // NOLINT: the input names
     using namespace lazy_adam_window;  // NOLINT: the input names
-    LockedVariables<CPUDevice, T> vars;
-    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
-    const tensorflow::DataType i = tensorflow::DataTypeToEnum<Tindex>::v();
-    // Exclusively: row_ids and row_count are rewritten whole.
-    OP_REQUIRES_OK(
-        ctx, vars.Acquire(ctx, /*use_locking=*/true, /*sparse=*/true,
-                          {kVariableInputs, kVariableInputs + lazy_adam_window::kNumVariables},
-                          {lazy_adam_window::kVariableNames,
-                           lazy_adam_window::kVariableNames + lazy_adam_window::kNumVariables},
-                          {t, t, t, t, i, i}, kRowIdsSlot, kWindowErrors, kRowCountSlot));
+    WindowApplyInputs<T, Tindex> inputs;
+    OP_REQUIRES_OK(ctx, inputs.Acquire(ctx, kVariableInputs, lazy_adam_window::kVariableNames,
+                                       lazy_adam_window::kNumVariables));
     Hyperparameters<C> hyper;
     OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
-    int64_t steps = 0;
-    OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kSteps, "steps", &steps));
-    OP_REQUIRES(ctx, steps > 0,
-                InvalidArgument("steps = ", steps,
-                                " must be positive: the number of micro-steps in the window."));
-    Tensor* var = vars.tensor(0);
-    Tensor* m = vars.tensor(1);
-    Tensor* v = vars.tensor(2);
-    Tensor* accumulator = vars.tensor(3);
-    Tensor* row_ids = vars.tensor(kRowIdsSlot);
-    Tensor* row_count = vars.tensor(kRowCountSlot);
-    const Tensor& grad = ctx->input(kGrad);
-    const Tensor& indices = ctx->input(kIndices);
-    OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
-    const int64_t num_rows = var->dim_size(0);
-    const cpu::AccumulatorWindow<T, Tindex> window{
-        accumulator->flat<T>().data(), num_rows, num_rows > 0 ? var->NumElements() / num_rows : 0,
-        row_ids->flat<Tindex>().data(), row_count->flat<Tindex>().data()};
     const EigenCpuPool pool(ctx->eigen_cpu_device());
-    cpu::WindowGradient<T, Tindex> grouped;
-    OP_REQUIRES_OK(ctx, grouped.Group(pool, window,
-                                      {indices.flat<Tindex>().data(), indices.NumElements(),
-                                       grad.flat<T>().data()}));
-    cpu::SparseApplyLazyAdamWindow<T, Tindex>(pool, grouped, static_cast<T>(steps),
-                                              var->flat<T>().data(), m->flat<T>().data(),
-                                              v->flat<T>().data(), hyper.Step());
+    OP_REQUIRES_OK(ctx, inputs.Group(ctx, pool, kGrad, kIndices, kSteps));
+    cpu::SparseApplyLazyAdamWindow<T, Tindex>(
+        pool, inputs.window(), inputs.steps(), inputs.tensor(0)->template flat<T>().data(),
+        inputs.tensor(1)->template flat<T>().data(), inputs.tensor(2)->template flat<T>().data(),
+        hyper.Step());
   }
 
  private:
@@ -302,25 +257,10 @@ class SparseApplyLazyAdamWindowOp : public tensorflow::OpKernel {
   bool decays_;  // the W op: the weight decay is its last input
 };
 
-#define TF_OPT_OPS_REGISTER_WINDOW(Op, T, Tindex)                     \
-  TF_OPT_OPS_REGISTER_KERNEL(Name(Op)                                 \
-                                 .Device(tensorflow::DEVICE_CPU)      \
-                                 .TypeConstraint<T>("T")              \
-                                 .TypeConstraint<Tindex>("Tindices"), \
-                             SparseApplyLazyAdamWindowOp<T, Tindex>);
-#define TF_OPT_OPS_REGISTER_WINDOW_INDEX(T, Tindex)                                   \
-  TF_OPT_OPS_REGISTER_WINDOW("TfOptOps>ResourceSparseApplyLazyAdamWindow", T, Tindex) \
-  TF_OPT_OPS_REGISTER_WINDOW("TfOptOps>ResourceSparseApplyLazyAdamWWindow", T, Tindex)
-#define TF_OPT_OPS_REGISTER_WINDOW_T(T)        \
-  TF_OPT_OPS_REGISTER_WINDOW_INDEX(T, int32_t) \
-  TF_OPT_OPS_REGISTER_WINDOW_INDEX(T, int64_t)
-TF_OPT_OPS_REGISTER_WINDOW_T(Eigen::half)
-TF_OPT_OPS_REGISTER_WINDOW_T(Eigen::bfloat16)
-TF_OPT_OPS_REGISTER_WINDOW_T(float)
-TF_OPT_OPS_REGISTER_WINDOW_T(double)
-#undef TF_OPT_OPS_REGISTER_WINDOW_T
-#undef TF_OPT_OPS_REGISTER_WINDOW_INDEX
-#undef TF_OPT_OPS_REGISTER_WINDOW
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWindow",
+                                        SparseApplyLazyAdamWindowOp)
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWWindow",
+                                        SparseApplyLazyAdamWindowOp)
 
 // The kernels of the four ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float

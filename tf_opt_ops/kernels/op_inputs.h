@@ -238,6 +238,78 @@ cpu::SparseGrad<T, Tindex> CpuSparseGrad(const Tensor& indices, const Tensor& gr
                                     num_rows > 0 ? var.NumElements() / num_rows : 0};
 }
 
+// A window's variables of another dtype: the table's (T) for the optimizer's
+// and the accumulator, the indices' for row_ids and row_count.
+inline absl::Status WindowDtypeMismatch(size_t, const char* name, tensorflow::DataType got,
+                                        tensorflow::DataType want, tensorflow::DataType) {
+  if (!tensorflow::DataTypeIsInteger(want)) return VariableDtypeMismatch(name, got, want);
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got), " but must be ",
+                         tensorflow::DataTypeString(want),
+                         ": row_ids, row_count and indices share one integer dtype.");
+}
+
+inline constexpr VariableErrors kWindowVariableErrors{WindowDtypeMismatch, CheckRowSlotShape};
+
+// The inputs of a window's apply step in one op (ResourceSparseApplyLazyAdamWindow,
+// ResourceSparseApplyClippyAdagradWindow and their W ops): the optimizer's
+// variables, the table first, then the window's accumulator, row_ids and
+// row_count, locked exclusively (the ids and the count are rewritten whole)
+// and validated; then the window's last micro-step (grad, indices) and steps
+// checked and grouped with the held ids (cpu::WindowGradient::Group). Nothing
+// is written until both have succeeded.
+template <typename T, typename Tindex>
+class WindowApplyInputs {
+ public:
+  // `inputs` and `names`: the `num_variables` variables, the window's three last.
+  absl::Status Acquire(OpKernelContext* ctx, const int* inputs, const char* const* names,
+                       int num_variables) {
+    num_variables_ = num_variables;
+    std::vector<tensorflow::DataType> dtypes(num_variables, tensorflow::DataTypeToEnum<T>::v());
+    dtypes[RowIdsSlot()] = dtypes[RowCountSlot()] = tensorflow::DataTypeToEnum<Tindex>::v();
+    return vars_.Acquire(ctx, /*use_locking=*/true, /*sparse=*/true,
+                         {inputs, inputs + num_variables}, {names, names + num_variables}, dtypes,
+                         RowIdsSlot(), kWindowVariableErrors, RowCountSlot());
+  }
+
+  absl::Status Group(OpKernelContext* ctx, const CpuPool& pool, int grad_input, int indices_input,
+                     int steps_input) {
+    int64_t steps = 0;
+    TF_RETURN_IF_ERROR(ReadScalar<int64_t>(ctx, steps_input, "steps", &steps));
+    if (steps <= 0) {
+      return InvalidArgument("steps = ", steps,
+                             " must be positive: the number of micro-steps in the window.");
+    }
+    steps_ = static_cast<T>(steps);
+    const Tensor& var = *vars_.tensor(0);
+    const Tensor& grad = ctx->input(grad_input);
+    const Tensor& indices = ctx->input(indices_input);
+    TF_RETURN_IF_ERROR(ValidateSparseGrad(var.shape(), grad.shape(), indices.shape()));
+    const int64_t num_rows = var.dim_size(0);
+    const cpu::AccumulatorWindow<T, Tindex> window{
+        vars_.tensor(RowIdsSlot() - 1)->template flat<T>().data(), num_rows,
+        num_rows > 0 ? var.NumElements() / num_rows : 0,
+        vars_.tensor(RowIdsSlot())->template flat<Tindex>().data(),
+        vars_.tensor(RowCountSlot())->template flat<Tindex>().data()};
+    return window_.Group(
+        pool, window,
+        {indices.flat<Tindex>().data(), indices.NumElements(), grad.flat<T>().data()});
+  }
+
+  // Variable k of Acquire's `inputs`.
+  Tensor* tensor(int k) { return vars_.tensor(k); }
+  cpu::WindowGradient<T, Tindex>& window() { return window_; }
+  T steps() const { return steps_; }
+
+ private:
+  int RowIdsSlot() const { return num_variables_ - 2; }
+  int RowCountSlot() const { return num_variables_ - 1; }
+
+  LockedVariables<CPUDevice, T> vars_;
+  int num_variables_ = 0;
+  cpu::WindowGradient<T, Tindex> window_;
+  T steps_{};
+};
+
 }  // namespace tf_opt_ops
 
 #endif  // TF_OPT_OPS_KERNELS_OP_INPUTS_H_

@@ -1,6 +1,7 @@
 // Op registrations: Clippy Adagrad (dense and sparse) on resource variables.
 #include "tensorflow/core/framework/op.h"
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
+#include "tf_opt_ops/core/clippy_adagrad_window_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
 
 namespace tf_opt_ops {
@@ -257,6 +258,68 @@ weight_decay: the decay, a scalar of Tscalar (float32); the other inputs,
 attrs and the output are ResourceSparseApplyClippyAdagradV2's.
 )doc");
 
+// The ops of a gradient accumulation window's apply step: sparse Clippy's
+// inputs (grad and indices the window's last micro-step), then the window's
+// (the W op adds the weight decay last).
+#define TF_OPT_OPS_CLIPPY_WINDOW_INPUTS                  \
+  TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices") \
+      .Input("accumulator: resource")                    \
+      .Input("row_ids: resource")                        \
+      .Input("row_count: resource")                      \
+      .Input("steps: int64")
+template <bool kDecays>
+absl::Status ClippyWindowShape(InferenceContext* c) {
+  TF_RETURN_IF_ERROR(ClippyShape</*kSparse=*/true, /*kLight=*/false>(c));
+  return CheckWindowInputs(c, clippy_adagrad_window::kAccumulator, kDecays);
+}
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWindow")
+    .TF_OPT_OPS_CLIPPY_WINDOW_INPUTS.Attr("Tindices: {int32, int64}")
+    .SetShapeFn(ClippyWindowShape</*kDecays=*/false>)
+    .Doc(R"doc(
+The apply step of a gradient accumulation window: its average, then sparse Clippy Adagrad on it.
+
+grad and indices are the window's last micro-step. For each distinct row i of
+the window (row_ids[:row_count] and indices), the row's average gradient is
+formed exactly as ResourceSparseTakeWindowGradient forms it (its doc states
+it) and row i of accumulator zeroed; the rows of var and accum are then
+updated as ResourceSparseApplyClippyAdagrad updates them (its doc states it)
+with those averages as the gradient rows, the scale the minimum over the
+window's rows. row_count is then set to 0. The results, scale included, are
+those of ResourceSparseTakeWindowGradient followed by
+ResourceSparseApplyClippyAdagrad, bit for bit, without the average leaving
+the op. An empty window changes nothing and returns a scale of 1. CPU only.
+
+Every input is validated before anything is written: a bad one (an index or
+held row id outside [0, var.shape[0]), row_count outside [0, var.shape[0]],
+steps not positive, a variable of another dtype or shape) fails the op with
+InvalidArgumentError and leaves every variable unchanged.
+
+accumulator: the window's sums, a resource variable of var's dtype and shape.
+row_ids: a resource variable of dtype Tindices and shape [var.shape[0]]: the
+rows the window's earlier micro-steps named, its first row_count entries.
+row_count: a scalar resource variable of dtype Tindices.
+steps: the number of micro-steps in the window, a positive int64 scalar.
+Tindices: the dtype of indices, row_ids and row_count.
+The other inputs, attrs and the output are ResourceSparseApplyClippyAdagrad's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWWindow")
+    .TF_OPT_OPS_CLIPPY_WINDOW_INPUTS.Input("weight_decay: Tscalar")
+    .Attr("Tindices: {int32, int64}")
+    .SetShapeFn(ClippyWindowShape</*kDecays=*/true>)
+    .Doc(R"doc(
+ResourceSparseApplyClippyAdagradWindow with the decoupled weight decay of ResourceSparseApplyClippyAdagradW.
+
+Each row of the window is decayed and updated as
+ResourceSparseApplyClippyAdagradW does (its doc states it), with the
+window's average as its gradient row. CPU only.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs, attrs and the
+output are ResourceSparseApplyClippyAdagradWindow's.
+)doc");
+
+#undef TF_OPT_OPS_CLIPPY_WINDOW_INPUTS
 #undef TF_OPT_OPS_CLIPPY_V2_ATTRS
 #undef TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS
 #undef TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS

@@ -285,15 +285,8 @@ ResourceSparseApplyLazyAdamAveraged's.
       .Input("steps: int64")
 
 static absl::Status LazyAdamWindowShape(InferenceContext* c, bool decays) {
-  using namespace lazy_adam_window;  // NOLINT: the input names
   TF_RETURN_IF_ERROR(LazyAdamShape(c, /*decays=*/false));
-  ShapeHandle table;
-  TF_RETURN_IF_ERROR(MergeVariables(c, {lazy_adam::kVar, kAccumulator}, &table));
-  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kSteps, 1));
-  if (decays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, kWeightDecay, 1));
-  ShapeHandle unused;
-  TF_RETURN_IF_ERROR(c->WithRank(VariableShape(c, kRowIds), 1, &unused));
-  return c->WithRank(VariableShape(c, kRowCount), 0, &unused);
+  return CheckWindowInputs(c, lazy_adam_window::kAccumulator, decays);
 }
 
 // The attrs of the window ops: lazy Adam's, Tindices also the dtype of

@@ -60,6 +60,18 @@ inline absl::Status CheckSparseGrad(InferenceContext* c, ShapeHandle var, int gr
   return c->Merge(var, grad_rows_as_var, &unused);
 }
 
+// The inputs of a gradient accumulation window that a window op appends to
+// its optimizer's (accumulate_interface.h): from `accumulator_input` on, the
+// accumulator (var's shape, var at input 0), row_ids (a vector), row_count
+// (a scalar), steps (a scalar); a W op's weight decay (a scalar) after them.
+inline absl::Status CheckWindowInputs(InferenceContext* c, int accumulator_input, bool decays) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(MergeVariables(c, {0, accumulator_input}, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(VariableShape(c, accumulator_input + 1), 1, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(VariableShape(c, accumulator_input + 2), 0, &unused));
+  return CheckScalarInputs(c, accumulator_input + 3, decays ? 2 : 1);
+}
+
 }  // namespace tf_opt_ops
 
 #endif  // TF_OPT_OPS_OPS_SHAPE_FNS_H_
