@@ -6,8 +6,8 @@ ResourceSparseApplyClippyAdagrad (...W with weight decay), scale included, on ev
 dtype, both index dtypes, eager and in tf.function, over several windows of 2 and 3
 micro-steps with duplicates within and across micro-steps; it must clear the window's
 accumulator rows and count, leave the rows no micro-step named alone, and reject a bad index,
-held id or count with nothing written. Why: see docs/optimizers.md, "Keras features at sparse
-cost".
+held id, count or steps with nothing written. Why: see docs/optimizers.md, "Keras features at
+sparse cost". What the two files share is in window_cases.py.
 """
 
 import numpy as np
@@ -17,75 +17,51 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
-from common import stored_tensor
 from common import stored_values
+from window_cases import BAD_INPUTS
+from window_cases import DIM
+from window_cases import NEVER_NAMED
+from window_cases import ROWS
+from window_cases import WEIGHT_DECAY
+from window_cases import WINDOW_NAMES
+from window_cases import assert_rejected_with_nothing_written
+from window_cases import assert_same_bits
+from window_cases import assert_window_applied
+from window_cases import bad_input
+from window_cases import last_micro_steps
+from window_cases import pool_micro_steps
+from window_cases import two_states
+from window_cases import window_of
 
-ROWS, DIM = 13, 37
-# Windows: row 3 repeats within and across micro-steps; rows 0 and 7 are held but not in the
-# last micro-step, rows 9, 5, 4 are in the last only; rows 6 and 10 are never named.
-WINDOWS = [
-    [[3, 0, 3, 7, 3], [9, 3, 5, 4, 3, 8]],
-    [[7, 1, 7, 2], [3, 0, 3], [9, 3, 5, 4, 3, 8]],
-    [[11, 12], [12, 2, 2]],
-]
-NEVER_NAMED = [6, 10]
-WEIGHT_DECAY = 0.05
-NAMES = ("var", "accum", "accumulator", "row_ids", "row_count")
+NAMES = ("var", "accum") + WINDOW_NAMES
 # A threshold small enough that the updates are clipped (scale < 1).
 HYPERS = dict(lr=0.05, epsilon=1e-7, variable_relative_threshold=0.01,
               accumulator_relative_threshold=0.0, absolute_threshold=1e-4)
 
 
 def _state(rng, rows, dim, dtype, index_dtype):
-  """Two copies of (var, accum, accumulator, row_ids, row_count): one for the fused op, one for
-  the two ops."""
-  values = [reference.random_values(rng, (rows, dim), dtype)]
-  values.append(reference.random_values(rng, (rows, dim), dtype, 0.1, 1))  # accum > 0
-  ids = rng.integers(0, rows, rows).astype(index_dtype)  # unread beyond the count
-
-  def variables():
-    return [tf.Variable(stored_tensor(x, dtype)) for x in values] + [
-        tf.Variable(tf.zeros((rows, dim), tf.as_dtype(dtype))),
-        tf.Variable(ids),
-        tf.Variable(np.zeros((), index_dtype))
-    ]
-
-  return variables(), variables()
-
-
-def _accumulate(state, grad, indices):
-  ops.sparse_accumulate_rows(state[2], state[3], state[4], indices, grad)
+  """(var, accum, accumulator, row_ids, row_count) twice: for the fused op and the two ops."""
+  var = reference.random_values(rng, (rows, dim), dtype)
+  accum = reference.random_values(rng, (rows, dim), dtype, 0.1, 1)  # accum > 0
+  return two_states(rng, [var, accum], dtype, index_dtype)
 
 
 def _fused(state, grad, indices, steps, weight_decay, **flags):
-  var, accum, accumulator, row_ids, row_count = state
+  var, accum = state[:2]
   return ops.sparse_clippy_adagrad(var, accum, grad, indices, weight_decay=weight_decay,
-                                   window=(accumulator, row_ids, row_count, steps), **HYPERS,
-                                   **flags)
+                                   window=(*window_of(state), steps), **HYPERS, **flags)
 
 
 def _two_ops(state, grad, indices, steps, weight_decay, **flags):
-  var, accum, accumulator, row_ids, row_count = state
-  rows, average = ops.sparse_take_window_gradient(accumulator, row_ids, row_count, indices, grad,
-                                                  steps)
+  var, accum = state[:2]
+  rows, average = ops.sparse_take_window_gradient(*window_of(state), indices, grad, steps)
   return ops.sparse_clippy_adagrad(var, accum, average, rows, weight_decay=weight_decay, **HYPERS,
                                    **flags)
-
-
-def _assert_same_bits(fused, two_ops, dtype, message=""):
-  for name, ours, theirs in zip(NAMES, fused, two_ops):
-    kind = dtype if name not in ("row_ids", "row_count") else "int"
-    np.testing.assert_array_equal(stored_values(ours, kind), stored_values(theirs, kind),
-                                  err_msg=f"{name} {message}")
 
 
 def _assert_same_scale(fused, two_ops):
   ours, theirs = np.asarray(fused.numpy()), np.asarray(two_ops.numpy())
   assert ours.tobytes() == theirs.tobytes(), (ours, theirs)
-
-
-def _grad(rng, n, dim, dtype):
-  return tf.constant(stored_tensor(reference.random_values(rng, (n, dim), dtype, -3, 3), dtype))
 
 
 @pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
@@ -99,22 +75,14 @@ def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   run_fused, run_two_ops = (f if mode == "eager" else tf.function(f) for f in (_fused, _two_ops))
   untouched = [stored_values(x, dtype).copy() for x in fused[:2]]
   scales = []
-  for number, window in enumerate(WINDOWS, start=1):
-    for k, step_indices in enumerate(window):
-      indices = tf.constant(np.array(step_indices, index_dtype))
-      grad = _grad(rng, len(step_indices), DIM, dtype)
-      if k < len(window) - 1:
-        _accumulate(fused, grad, indices)
-        _accumulate(two_ops, grad, indices)
-        continue
-      scale = run_fused(fused, grad, indices, len(window), weight_decay)
-      _assert_same_scale(scale, run_two_ops(two_ops, grad, indices, len(window), weight_decay))
-      scales.append(float(scale))
-      _assert_same_bits(fused, two_ops, dtype, f"window {number}")
-      assert int(fused[4].numpy()) == 0
-      assert not np.any(stored_values(fused[2], dtype))  # every window row cleared
-      named = sorted(set(sum(window, [])))
-      assert not np.array_equal(stored_values(fused[0], dtype)[named], untouched[0][named])
+  for number, window, grad, indices in last_micro_steps(rng, dtype, index_dtype, (fused, two_ops)):
+    scale = run_fused(fused, grad, indices, len(window), weight_decay)
+    _assert_same_scale(scale, run_two_ops(two_ops, grad, indices, len(window), weight_decay))
+    scales.append(float(scale))
+    assert_same_bits(NAMES, fused, two_ops, dtype, f"window {number}")
+    assert_window_applied(fused, dtype)
+    named = sorted(set(sum(window, [])))
+    assert not np.array_equal(stored_values(fused[0], dtype)[named], untouched[0][named])
   assert min(scales) < 1  # the clipping ran
   for name, before, after in zip(NAMES, untouched, fused):
     np.testing.assert_array_equal(
@@ -126,23 +94,13 @@ def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
 @pytest.mark.parametrize("steps", [2, 3])
 @pytest.mark.parametrize("dtype", reference.DTYPES)
 def test_a_window_on_the_thread_pool_is_the_two_ops_bit_for_bit(dtype, steps, flags):
-  """A table large enough to run on the thread pool, micro-steps with duplicates, some rows
-  held only, some in the last micro-step only."""
   rng = np.random.default_rng(5)
-  rows, dim = 4096, 64
-  fused, two_ops = _state(rng, rows, dim, dtype, np.int64)
-  for k in range(steps):
-    indices = np.concatenate([rng.permutation(rows)[:2000], rng.integers(0, rows, 400)])
-    indices = tf.constant(indices.astype(np.int64))
-    grad = _grad(rng, 2400, dim, dtype)
-    if k < steps - 1:
-      _accumulate(fused, grad, indices)
-      _accumulate(two_ops, grad, indices)
-    else:
-      _assert_same_scale(_fused(fused, grad, indices, steps, WEIGHT_DECAY, **flags),
-                         _two_ops(two_ops, grad, indices, steps, WEIGHT_DECAY, **flags))
-  _assert_same_bits(fused, two_ops, dtype)
-  assert not np.any(stored_values(fused[2], dtype))
+  fused, two_ops = _state(rng, 4096, 64, dtype, np.int64)
+  grad, indices = pool_micro_steps(rng, dtype, steps, (fused, two_ops))
+  _assert_same_scale(_fused(fused, grad, indices, steps, WEIGHT_DECAY, **flags),
+                     _two_ops(two_ops, grad, indices, steps, WEIGHT_DECAY, **flags))
+  assert_same_bits(NAMES, fused, two_ops, dtype)
+  assert_window_applied(fused, dtype)
 
 
 def test_an_empty_window_changes_nothing_and_has_scale_1():
@@ -155,42 +113,23 @@ def test_an_empty_window_changes_nothing_and_has_scale_1():
     np.testing.assert_array_equal(x.numpy(), b, err_msg=name)
 
 
-@pytest.mark.parametrize("bad", ["index", "held id", "count", "steps"])
+@pytest.mark.parametrize("bad", BAD_INPUTS)
 def test_a_bad_input_names_it_and_writes_nothing(bad):
   rng = np.random.default_rng(3)
   state, _ = _state(rng, ROWS, DIM, "float32", np.int64)
-  _accumulate(state, tf.ones((2, DIM)), tf.constant([1, 2], tf.int64))
-  indices = tf.constant([1, 4, 5], tf.int64)
-  steps = 2
-  if bad == "index":
-    indices = tf.constant([1, ROWS + 3, 5], tf.int64)
-    message = rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"
-  elif bad == "held id":
-    state[3].scatter_nd_update([[1]], tf.constant([-2], tf.int64))
-    message = rf"row_ids\[1\] = -2 is not in \[0, {ROWS}\)"
-  elif bad == "count":
-    state[4].assign(ROWS + 1)
-    message = rf"row_count = {ROWS + 1} is not in \[0, {ROWS}\]"
-  else:
-    steps = 0
-    message = "steps = 0 must be positive"
-  before = [x.numpy().copy() for x in state]
-  with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-    _fused(state, tf.ones((3, DIM)), indices, steps, WEIGHT_DECAY)
-  for name, x, b in zip(NAMES, state, before):
-    np.testing.assert_array_equal(x.numpy(), b, err_msg=name)
+  grad, indices, steps, message = bad_input(bad, state)
+  assert_rejected_with_nothing_written(NAMES, state,
+                                       lambda: _fused(state, grad, indices, steps, WEIGHT_DECAY),
+                                       message)
 
 
 def test_an_accumulator_of_another_dtype_is_named_and_nothing_is_written():
   rng = np.random.default_rng(3)
   state, _ = _state(rng, ROWS, DIM, "float32", np.int32)
-  state[2] = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
-  before = [x.numpy().copy() for x in state]
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="accumulator has dtype double but grad has dtype float"):
-    _fused(state, tf.ones((2, DIM)), tf.constant([1, 2]), 2, None)
-  for x, b in zip(state, before):
-    np.testing.assert_array_equal(x.numpy(), b)
+  state[-3] = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
+  assert_rejected_with_nothing_written(
+      NAMES, state, lambda: _fused(state, tf.ones((2, DIM)), tf.constant([1, 2]), 2, None),
+      "accumulator has dtype double but grad has dtype float")
 
 
 def test_a_light_accumulator_refuses_the_window():

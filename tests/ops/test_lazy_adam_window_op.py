@@ -5,8 +5,9 @@ The fused op must give the bits of ResourceSparseTakeWindowGradient followed by
 ResourceSparseApplyLazyAdam (...W with weight decay) on every table dtype, both index dtypes,
 eager and in tf.function, over several windows of 2 and 3 micro-steps with duplicates within
 and across micro-steps; it must clear the window's accumulator rows and count, leave the rows
-no micro-step named alone, and reject a bad index or held id with nothing written. Why: see
-docs/optimizers.md, "Keras features at sparse cost".
+no micro-step named alone, and reject a bad index, held id, count or steps with nothing
+written. Why: see docs/optimizers.md, "Keras features at sparse cost". What the two files
+share is in window_cases.py.
 """
 
 import numpy as np
@@ -16,37 +17,30 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
-from common import stored_tensor
 from common import stored_values
+from window_cases import BAD_INPUTS
+from window_cases import DIM
+from window_cases import NEVER_NAMED
+from window_cases import ROWS
+from window_cases import WEIGHT_DECAY
+from window_cases import WINDOW_NAMES
+from window_cases import assert_rejected_with_nothing_written
+from window_cases import assert_same_bits
+from window_cases import assert_window_applied
+from window_cases import bad_input
+from window_cases import last_micro_steps
+from window_cases import pool_micro_steps
+from window_cases import two_states
+from window_cases import window_of
 
-ROWS, DIM = 13, 37
-# Windows: row 3 repeats within and across micro-steps; rows 0 and 7 are held but not in the
-# last micro-step, rows 9, 5, 4 are in the last only; rows 6 and 10 are never named.
-WINDOWS = [
-    [[3, 0, 3, 7, 3], [9, 3, 5, 4, 3, 8]],
-    [[7, 1, 7, 2], [3, 0, 3], [9, 3, 5, 4, 3, 8]],
-    [[11, 12], [12, 2, 2]],
-]
-NEVER_NAMED = [6, 10]
-WEIGHT_DECAY = 0.05
-NAMES = ("var", "m", "v", "accumulator", "row_ids", "row_count")
+NAMES = ("var", "m", "v") + WINDOW_NAMES
 
 
 def _state(rng, rows, dim, dtype, index_dtype):
-  """Two copies of (var, m, v, accumulator, row_ids, row_count): one for the fused op, one for
-  the two ops."""
-  values = [reference.random_values(rng, (rows, dim), dtype) for _ in range(2)]
-  values.append(np.abs(reference.random_values(rng, (rows, dim), dtype)))  # v >= 0
-  ids = rng.integers(0, rows, rows).astype(index_dtype)  # unread beyond the count
-
-  def variables():
-    return [tf.Variable(stored_tensor(x, dtype)) for x in values] + [
-        tf.Variable(tf.zeros((rows, dim), tf.as_dtype(dtype))),
-        tf.Variable(ids),
-        tf.Variable(np.zeros((), index_dtype))
-    ]
-
-  return variables(), variables()
+  """(var, m, v, accumulator, row_ids, row_count) twice: for the fused op and the two ops."""
+  var, m = (reference.random_values(rng, (rows, dim), dtype) for _ in range(2))
+  v = np.abs(reference.random_values(rng, (rows, dim), dtype))  # v >= 0
+  return two_states(rng, [var, m, v], dtype, index_dtype)
 
 
 def _hypers(step):
@@ -55,32 +49,16 @@ def _hypers(step):
               beta_2=beta_2, epsilon=1e-7)
 
 
-def _accumulate(state, grad, indices):
-  ops.sparse_accumulate_rows(state[3], state[4], state[5], indices, grad)
-
-
 def _fused(state, grad, indices, steps, step, weight_decay):
-  var, m, v, accumulator, row_ids, row_count = state
+  var, m, v = state[:3]
   ops.sparse_lazy_adam(var, m, v, grad, indices, weight_decay=weight_decay,
-                       window=(accumulator, row_ids, row_count, steps), **_hypers(step))
+                       window=(*window_of(state), steps), **_hypers(step))
 
 
 def _two_ops(state, grad, indices, steps, step, weight_decay):
-  var, m, v, accumulator, row_ids, row_count = state
-  rows, average = ops.sparse_take_window_gradient(accumulator, row_ids, row_count, indices, grad,
-                                                  steps)
+  var, m, v = state[:3]
+  rows, average = ops.sparse_take_window_gradient(*window_of(state), indices, grad, steps)
   ops.sparse_lazy_adam(var, m, v, average, rows, weight_decay=weight_decay, **_hypers(step))
-
-
-def _assert_same_bits(fused, two_ops, dtype, message=""):
-  for name, ours, theirs in zip(NAMES, fused, two_ops):
-    kind = dtype if name not in ("row_ids", "row_count") else "int"
-    np.testing.assert_array_equal(stored_values(ours, kind), stored_values(theirs, kind),
-                                  err_msg=f"{name} {message}")
-
-
-def _grad(rng, n, dim, dtype):
-  return tf.constant(stored_tensor(reference.random_values(rng, (n, dim), dtype, -3, 3), dtype))
 
 
 @pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
@@ -93,21 +71,13 @@ def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   weight_decay = WEIGHT_DECAY if decays else None
   run_fused, run_two_ops = (f if mode == "eager" else tf.function(f) for f in (_fused, _two_ops))
   untouched = [stored_values(x, dtype).copy() for x in fused[:3]]
-  for step, window in enumerate(WINDOWS, start=1):
-    for k, step_indices in enumerate(window):
-      indices = tf.constant(np.array(step_indices, index_dtype))
-      grad = _grad(rng, len(step_indices), DIM, dtype)
-      if k < len(window) - 1:
-        _accumulate(fused, grad, indices)
-        _accumulate(two_ops, grad, indices)
-        continue
-      run_fused(fused, grad, indices, len(window), step, weight_decay)
-      run_two_ops(two_ops, grad, indices, len(window), step, weight_decay)
-      _assert_same_bits(fused, two_ops, dtype, f"window {step}")
-      assert int(fused[5].numpy()) == 0
-      assert not np.any(stored_values(fused[3], dtype))  # every window row cleared
-      named = sorted(set(sum(window, [])))
-      assert not np.array_equal(stored_values(fused[0], dtype)[named], untouched[0][named])
+  for step, window, grad, indices in last_micro_steps(rng, dtype, index_dtype, (fused, two_ops)):
+    run_fused(fused, grad, indices, len(window), step, weight_decay)
+    run_two_ops(two_ops, grad, indices, len(window), step, weight_decay)
+    assert_same_bits(NAMES, fused, two_ops, dtype, f"window {step}")
+    assert_window_applied(fused, dtype)
+    named = sorted(set(sum(window, [])))
+    assert not np.array_equal(stored_values(fused[0], dtype)[named], untouched[0][named])
   for name, before, after in zip(NAMES, untouched, fused):
     np.testing.assert_array_equal(
         stored_values(after, dtype)[NEVER_NAMED], before[NEVER_NAMED], err_msg=name)
@@ -116,57 +86,32 @@ def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
 @pytest.mark.parametrize("steps", [2, 3])
 @pytest.mark.parametrize("dtype", reference.DTYPES)
 def test_a_window_on_the_thread_pool_is_the_two_ops_bit_for_bit(dtype, steps):
-  """A table large enough to run on the thread pool, micro-steps with duplicates, some rows
-  held only, some in the last micro-step only."""
   rng = np.random.default_rng(5)
-  rows, dim = 4096, 64
-  fused, two_ops = _state(rng, rows, dim, dtype, np.int64)
-  for k in range(steps):
-    indices = np.concatenate([rng.permutation(rows)[:2000], rng.integers(0, rows, 400)])
-    indices = tf.constant(indices.astype(np.int64))
-    grad = _grad(rng, 2400, dim, dtype)
-    if k < steps - 1:
-      _accumulate(fused, grad, indices)
-      _accumulate(two_ops, grad, indices)
-    else:
-      _fused(fused, grad, indices, steps, 4, WEIGHT_DECAY)
-      _two_ops(two_ops, grad, indices, steps, 4, WEIGHT_DECAY)
-  _assert_same_bits(fused, two_ops, dtype)
-  assert not np.any(stored_values(fused[3], dtype))
+  fused, two_ops = _state(rng, 4096, 64, dtype, np.int64)
+  grad, indices = pool_micro_steps(rng, dtype, steps, (fused, two_ops))
+  _fused(fused, grad, indices, steps, 4, WEIGHT_DECAY)
+  _two_ops(two_ops, grad, indices, steps, 4, WEIGHT_DECAY)
+  assert_same_bits(NAMES, fused, two_ops, dtype)
+  assert_window_applied(fused, dtype)
 
 
-@pytest.mark.parametrize("bad", ["index", "held id", "count"])
-def test_a_bad_index_or_held_id_names_it_and_writes_nothing(bad):
+@pytest.mark.parametrize("bad", BAD_INPUTS)
+def test_a_bad_input_names_it_and_writes_nothing(bad):
   rng = np.random.default_rng(3)
   state, _ = _state(rng, ROWS, DIM, "float32", np.int64)
-  _accumulate(state, tf.ones((2, DIM)), tf.constant([1, 2], tf.int64))
-  indices = tf.constant([1, 4, 5], tf.int64)
-  if bad == "index":
-    indices = tf.constant([1, ROWS + 3, 5], tf.int64)
-    message = rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"
-  elif bad == "held id":
-    state[4].scatter_nd_update([[1]], tf.constant([-2], tf.int64))
-    message = rf"row_ids\[1\] = -2 is not in \[0, {ROWS}\)"
-  else:
-    state[5].assign(ROWS + 1)
-    message = rf"row_count = {ROWS + 1} is not in \[0, {ROWS}\]"
-  before = [x.numpy().copy() for x in state]
-  with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-    _fused(state, tf.ones((3, DIM)), indices, 2, 1, None)
-  for name, x, b in zip(NAMES, state, before):
-    np.testing.assert_array_equal(x.numpy(), b, err_msg=name)
+  grad, indices, steps, message = bad_input(bad, state)
+  assert_rejected_with_nothing_written(NAMES, state,
+                                       lambda: _fused(state, grad, indices, steps, 1, None),
+                                       message)
 
 
 def test_an_accumulator_of_another_dtype_is_named_and_nothing_is_written():
   rng = np.random.default_rng(3)
   state, _ = _state(rng, ROWS, DIM, "float32", np.int32)
-  state[3] = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
-  before = [x.numpy().copy() for x in state]
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="accumulator has dtype double but grad has dtype float"):
-    _fused(state, tf.ones((2, DIM)), tf.constant([1, 2]), 2, 1, None)
-  for x, b in zip(state, before):
-    np.testing.assert_array_equal(x.numpy(), b)
+  state[-3] = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
+  assert_rejected_with_nothing_written(
+      NAMES, state, lambda: _fused(state, tf.ones((2, DIM)), tf.constant([1, 2]), 2, 1, None),
+      "accumulator has dtype double but grad has dtype float")
 
 
 def test_light_slots_refuse_the_window():
