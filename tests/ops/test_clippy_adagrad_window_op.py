@@ -21,6 +21,8 @@ from common import stored_values
 from window_cases import BAD_INPUTS
 from window_cases import DIM
 from window_cases import NEVER_NAMED
+from window_cases import POOL_SIZE_IDS
+from window_cases import POOL_SIZES
 from window_cases import ROWS
 from window_cases import WEIGHT_DECAY
 from window_cases import WINDOW_NAMES
@@ -91,12 +93,13 @@ def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
 
 @pytest.mark.parametrize("flags", [{}, dict(clip_accumulator_update=True)],
                          ids=["default", "clip-accumulator-update"])
+@pytest.mark.parametrize("size", POOL_SIZES, ids=POOL_SIZE_IDS)
 @pytest.mark.parametrize("steps", [2, 3])
 @pytest.mark.parametrize("dtype", reference.DTYPES)
-def test_a_window_on_the_thread_pool_is_the_two_ops_bit_for_bit(dtype, steps, flags):
+def test_a_window_on_the_thread_pool_is_the_two_ops_bit_for_bit(dtype, steps, size, flags):
   rng = np.random.default_rng(5)
-  fused, two_ops = _state(rng, 4096, 64, dtype, np.int64)
-  grad, indices = pool_micro_steps(rng, dtype, steps, (fused, two_ops))
+  fused, two_ops = _state(rng, *size[:2], dtype, np.int64)
+  grad, indices = pool_micro_steps(rng, dtype, steps, (fused, two_ops), size)
   _assert_same_scale(_fused(fused, grad, indices, steps, WEIGHT_DECAY, **flags),
                      _two_ops(two_ops, grad, indices, steps, WEIGHT_DECAY, **flags))
   assert_same_bits(NAMES, fused, two_ops, dtype)

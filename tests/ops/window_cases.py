@@ -75,15 +75,22 @@ def last_micro_steps(rng, dtype, index_dtype, states, windows=WINDOWS):
         yield number, window, grad, indices
 
 
-def pool_micro_steps(rng, dtype, steps, states, rows=4096, dim=64):
-  """One window of `steps` micro-steps on a table large enough for the thread pool: 2,000
-  distinct rows and 400 more drawn with repeats per micro-step, so some rows are held only and
-  some in the last micro-step only. Accumulates all but the last into each state and returns
-  (grad, indices) of the last."""
+# Tables large enough for the thread pool: (rows, dim, distinct rows, duplicates) per
+# micro-step. On the larger, the window's ids span several of the grouping's partitions.
+POOL_SIZES = [(4096, 64, 2000, 400), (40_000, 16, 9000, 1000)]
+POOL_SIZE_IDS = ["one-partition", "partitions"]
+
+
+def pool_micro_steps(rng, dtype, steps, states, size):
+  """One window of `steps` micro-steps of a POOL_SIZES `size`: its distinct rows, then its
+  duplicates drawn with repeats, per micro-step, so some rows are held only and some in the last
+  micro-step only. Accumulates all but the last into each state and returns (grad, indices) of
+  the last."""
+  rows, dim, distinct, duplicates = size
   for k in range(steps):
-    indices = np.concatenate([rng.permutation(rows)[:2000], rng.integers(0, rows, 400)])
+    indices = np.concatenate([rng.permutation(rows)[:distinct], rng.integers(0, rows, duplicates)])
     indices = tf.constant(indices.astype(np.int64))
-    grad = window_grad(rng, 2400, dim, dtype)
+    grad = window_grad(rng, distinct + duplicates, dim, dtype)
     if k == steps - 1:
       return grad, indices
     for state in states:
