@@ -123,18 +123,21 @@ def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
 
 @pytest.mark.parametrize("flags", [{}, dict(clip_accumulator_update=True)],
                          ids=["default", "clip-accumulator-update"])
+@pytest.mark.parametrize("size", [(4096, 64, 2000, 400), (40_000, 16, 9000, 1000)],
+                         ids=["one-partition", "partitions"])
 @pytest.mark.parametrize("steps", [2, 3])
 @pytest.mark.parametrize("dtype", reference.DTYPES)
-def test_a_window_on_the_thread_pool_is_the_two_ops_bit_for_bit(dtype, steps, flags):
+def test_a_window_on_the_thread_pool_is_the_two_ops_bit_for_bit(dtype, steps, size, flags):
   """A table large enough to run on the thread pool, micro-steps with duplicates, some rows
-  held only, some in the last micro-step only."""
+  held only, some in the last micro-step only; on the larger table the window's ids span
+  several of the grouping's partitions."""
   rng = np.random.default_rng(5)
-  rows, dim = 4096, 64
+  rows, dim, distinct, duplicates = size
   fused, two_ops = _state(rng, rows, dim, dtype, np.int64)
   for k in range(steps):
-    indices = np.concatenate([rng.permutation(rows)[:2000], rng.integers(0, rows, 400)])
+    indices = np.concatenate([rng.permutation(rows)[:distinct], rng.integers(0, rows, duplicates)])
     indices = tf.constant(indices.astype(np.int64))
-    grad = _grad(rng, 2400, dim, dtype)
+    grad = _grad(rng, distinct + duplicates, dim, dtype)
     if k < steps - 1:
       _accumulate(fused, grad, indices)
       _accumulate(two_ops, grad, indices)
