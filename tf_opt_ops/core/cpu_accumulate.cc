@@ -58,11 +58,12 @@ int BitsBelow(int64_t n) {
 }
 
 // The permutation that sorts `count` rows in [0, num_rows) ascending: order[k]
-// is the index of the k-th smallest. A radix sort (least significant digit
-// first) of each row packed with its index in one word, at most 11 bits a
-// pass so that a pass's counts stay in L1: two passes over 2^22 rows, where a
-// comparison sort makes log2(count). Where row and index do not fit in 64 bits
-// (tables of 2^40 rows), the rows keep the order they came in.
+// is the index of the k-th smallest. A radix sort, least significant digit
+// first, of each row packed with its index in one word: a pass per 11 bits of
+// the row (a pass's counts stay in L1), two for a million rows, where a
+// comparison sort takes log2(count) passes. Where row and index need more than
+// 64 bits (2^40 rows and more), the rows keep the order they came in: the
+// order only saves time.
 std::vector<int64_t> AscendingOrder(const int64_t* rows, int64_t count, int64_t num_rows) {
   std::vector<int64_t> order(count);
   const int index_bits = BitsBelow(count);
