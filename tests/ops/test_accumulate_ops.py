@@ -117,6 +117,32 @@ def test_a_window_is_the_references_bit_for_bit(dtype, index_dtype, mode):
       assert not set(rows.tolist()) & set(UNTOUCHED_ROWS)
 
 
+def test_a_window_of_many_rows_is_the_references_bit_for_bit():
+  """A window of 30,000 ids on 40,000 rows: the grouping splits them over its partitions, the
+  rows are taken on the thread pool and come out in the op's own order, and each row's average
+  is that row's (a row taking another's sums or accumulator row fails it)."""
+  rng = np.random.default_rng(4)
+  rows, dim, steps = 40_000, 8, 2
+  acc = tf.Variable(tf.zeros((rows, dim)))
+  ids, count = tf.Variable(np.zeros(rows, np.int64)), tf.Variable(np.int64(0))
+  want, named = np.zeros((rows, dim), np.float32), set()
+  for k in range(steps):
+    # Distinct rows, then duplicates of rows this step or the other names.
+    indices = np.concatenate([rng.permutation(rows)[:12_000], rng.integers(0, rows, 3_000)])
+    values = rng.standard_normal((len(indices), dim)).astype(np.float32)
+    np.add.at(want, indices, values)  # in order, each addition rounded to float32
+    named |= set(indices.tolist())
+    if k < steps - 1:
+      ops.sparse_accumulate_rows(acc, ids, count, tf.constant(indices), tf.constant(values))
+    else:
+      taken, average = ops.sparse_take_window_gradient(acc, ids, count, tf.constant(indices),
+                                                       tf.constant(values), steps)
+  taken = taken.numpy()
+  assert sorted(taken.tolist()) == sorted(named)
+  np.testing.assert_array_equal(_bits(average.numpy()), _bits(want[taken] / np.float32(steps)))
+  assert not np.any(acc.numpy()) and int(count.numpy()) == 0
+
+
 def test_negative_zero_is_written_as_it_is_into_an_empty_window():
   """The window's first micro-step writes each row's first value (-0.0 stays -0.0); a later
   one adds to the accumulator (0 + -0.0 is +0.0), as the TensorFlow-op path does."""

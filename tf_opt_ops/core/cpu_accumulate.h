@@ -51,7 +51,10 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
 
 // The window's last micro-step, grouped with the held ids: Group validates
 // (as SparseAccumulateRows) and groups them; num_rows() is then the number of
-// distinct rows, rows()[u] the accumulator row of distinct row u. TakeRow(u)
+// distinct rows, rows()[u] the accumulator row of distinct row u, in
+// ascending order (so the row loops walk every table in address order, not
+// at random; each row's sums keep their order, so the order changes no
+// bits). TakeRow(u)
 // writes that row's average ([row_size]): the accumulator's row (where held)
 // plus the step's values in order, each addition rounded to T, over `steps`;
 // a held row the step does not name is its accumulator row plus 0. It then
@@ -64,9 +67,9 @@ class WindowGradient {
  public:
   absl::Status Group(const CpuPool& pool, const AccumulatorWindow<T, Tindex>& window,
                      const MicroStepRows<T, Tindex>& step);
-  int64_t num_rows() const { return groups_.num_unique(); }
+  int64_t num_rows() const { return static_cast<int64_t>(rows_.size()); }
   int64_t row_size() const { return window_.row_size; }
-  const int64_t* rows() const { return groups_.rows(); }
+  const int64_t* rows() const { return rows_.data(); }
   T* accumulator() const { return window_.accumulator; }
   void Take(const CpuPool& pool, T steps, int64_t* rows, T* average);
   void Applied() { *window_.row_count = Tindex{0}; }
@@ -76,7 +79,7 @@ class WindowGradient {
   // accumulator's row (where held, for writing: it is zeroed) and the step's
   // first value row.
   void PrefetchRow(int64_t u) const {
-    if (groups_.first(u) < held_) {
+    if (first_[u] < held_) {
       const char* a = reinterpret_cast<const char*>(window_.accumulator + rows()[u] * row_size());
       const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
       for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(a + b, /*rw=*/1, 3);
@@ -93,7 +96,7 @@ class WindowGradient {
     const int64_t dim = row_size();
     T* held_row = window_.accumulator + rows()[u] * dim;
     const T* values = step_.values;
-    const bool is_held = groups_.first(u) < held_;
+    const bool is_held = first_[u] < held_;
     int64_t p = step_first_[u] < 0 ? -1 : step_first_[u] + held_;  // positions in order
     if (!is_held) {
       std::copy_n(values + (p - held_) * dim, dim, sum);
@@ -119,10 +122,13 @@ class WindowGradient {
   MicroStepRows<T, Tindex> step_{};
   int64_t held_ = 0;         // the held ids: positions [0, held_) of ids_
   std::vector<Tindex> ids_;  // the held ids, then the step's indices
-  RowGroups groups_;
-  // Each row's first value of the step (-1: the step does not name it), to
-  // prefetch with the row's accumulator row: the groups are in no order of the
-  // step's rows, so its values are read at random.
+  RowGroups groups_;         // its links: the positions of a row after its first
+  // Distinct row u (ascending): its row, its first position in ids_, and its
+  // first value of the step (-1: the step does not name it), to prefetch with
+  // the row's accumulator row: the rows are in no order of the step's, so its
+  // values are read at random.
+  std::vector<int64_t> rows_;
+  std::vector<int64_t> first_;
   std::vector<int64_t> step_first_;
 };
 
