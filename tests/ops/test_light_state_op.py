@@ -79,6 +79,71 @@ def test_light_lazy_adam_matches_reference_bit_for_bit(dtype, slot_dtype, rowwis
   _assert_same_bits(stored_values(var, dtype)[UNTOUCHED_ROWS], untouched, "untouched rows")
 
 
+# Values StoreStochastic does not round by its bit formula alone: NaN, infinities, values
+# beyond the slot type's largest, and float16's subnormals (and zeros). With beta_1 = 0
+# and beta_2 = 0.5 the gradient g gives m_t = g and v_t = 0.5 v + 0.5 g^2 exactly, so each
+# of these lands in m (and some in v, as in g = 2.6037e19: v beyond bfloat16's largest).
+# (No float32 subnormals: TensorFlow's threads may flush them.)
+LANE_SPECIALS = {
+    "bfloat16": [np.nan, -np.nan, np.inf, -np.inf, 3.39e38, -3.3999e38, 2.6037e19, 0.0],
+    "float16":
+        [np.nan, -np.nan, np.inf, -np.inf, 65520.0, -7e4, 400.0, 1e-5, -3e-7, 2e-8, 0.0, -0.0],
+}
+
+
+def _nan_of(stored, dtype):
+  stored = np.asarray(stored)
+  if dtype == "bfloat16":
+    return (stored & 0x7FFF) > 0x7F80
+  return np.isnan(stored)
+
+
+def _assert_same_bits_nan_as_nan(got, want, dtype, what):
+  """Bit for bit, except that a NaN only has to be a NaN: the reference stores bfloat16 NaNs
+  without their sign, and a NaN's sign after a sum of NaNs (row-wise v) is the order's."""
+  nan = _nan_of(want, dtype)
+  np.testing.assert_array_equal(_nan_of(got, dtype), nan, err_msg=f"{what}: NaN positions")
+  _assert_same_bits(np.asarray(got)[~nan], np.asarray(want)[~nan], what)
+
+
+@pytest.mark.parametrize("rowwise", [False, True])
+@pytest.mark.parametrize("slot_dtype", ["bfloat16", "float16"])
+def test_stochastic_rounding_of_special_values_among_plain_ones(slot_dtype, rowwise):
+  # The CPU rounds a row's 16-bit slots 16 at a time, by the bit formula alone where all 16
+  # are plain values: a run that holds one special value must round every value, the
+  # special one and its plain neighbours, as StoreStochastic does. Rows of 16 x 3 + 5
+  # elements: row 0 all plain, the others with 1-3 specials at random places (in runs of
+  # 16 and in the 5 after them), so that every kind of run is met.
+  rng = np.random.default_rng(11)
+  rows, dim = 24, 53
+  g = (rng.uniform(0.01, 1.0, (rows, dim)) * rng.choice([-1.0, 1.0], (rows, dim)))
+  specials = LANE_SPECIALS[slot_dtype]
+  for r in range(1, rows):
+    places = rng.choice(dim, int(rng.integers(1, 4)), replace=False)
+    g[r, places] = rng.choice(specials, len(places))
+  g = g.astype(np.float32)
+  v_shape = (rows,) if rowwise else (rows, dim)
+  state = [
+      reference.random_values(rng, (rows, dim), "float32"),
+      reference.random_values(rng, (rows, dim), slot_dtype, -0.01, 0.01),
+      reference.random_values(rng, v_shape, slot_dtype, 0, 1e-4),
+  ]
+  dtypes = ("float32", slot_dtype, slot_dtype)
+  var, m, v = (tf.Variable(stored_tensor(x, d)) for x, d in zip(state, dtypes))
+  light = dict(rowwise_second_moment=rowwise, stochastic_rounding=True, seed=99, step=3)
+  indices = rng.permutation(rows)
+  with np.errstate(over="ignore", invalid="ignore"):
+    want = reference.sparse_lazy_adam(*state, g[indices], indices, "float32", lr=0.01, beta1=0.0,
+                                      beta2=0.5, epsilon=1e-7, beta1_power=0.9**3,
+                                      beta2_power=0.5**3, slot_dtype=slot_dtype, **light)
+  ops.sparse_lazy_adam(var, m, v, tf.constant(g[indices]), tf.constant(indices), lr=0.01,
+                       beta_1=0.0, beta_2=0.5, epsilon=1e-7, beta_1_power=0.9**3,
+                       beta_2_power=0.5**3, slot_dtype=slot_dtype, **light)
+  assert _nan_of(want[1], slot_dtype).any() and not _nan_of(want[1][0], slot_dtype).any()
+  for name, variable, expected, d in zip(("var", "m", "v"), (var, m, v), want, dtypes):
+    _assert_same_bits_nan_as_nan(stored_values(variable, d), expected, d, name)
+
+
 def _first_moment_of(g, stochastic, seed=7, step=1, slot_dtype="bfloat16"):
   """m after one step with beta1 = 0 from m = 0: the gradient `g` stored in the slot type."""
   rows, dim = g.shape
