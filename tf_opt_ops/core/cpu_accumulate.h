@@ -54,14 +54,14 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
 // distinct rows, rows()[u] the accumulator row of distinct row u, in
 // ascending order (so the row loops walk every table in address order, not
 // at random; each row's sums keep their order, so the order changes no
-// bits). TakeRow(u)
-// writes that row's average ([row_size]): the accumulator's row (where held)
-// plus the step's values in order, each addition rounded to T, over `steps`;
-// a held row the step does not name is its accumulator row plus 0. It then
-// zeroes the row of the accumulator (where held). Take takes every row
-// (`rows`, [num_rows()]; `average`, [num_rows(), row_size]) and zeroes the
-// count; a caller that takes the rows itself (the fused lazy Adam and Clippy
-// of cpu_kernels.h) calls Applied once it has.
+// bits). TakeRow(u) writes that row's average ([row_size]): the
+// accumulator's row (where held) plus the step's values in order, each
+// addition rounded to T, over `steps`; a held row the step does not name is
+// its accumulator row plus 0. It then zeroes the row of the accumulator
+// (where held). Take takes every row (`rows`, [num_rows()]; `average`,
+// [num_rows(), row_size]) and zeroes the count; a caller that takes the rows
+// itself (the fused lazy Adam and Clippy of cpu_kernels.h) calls Applied once
+// it has.
 template <typename T, typename Tindex>
 class WindowGradient {
  public:

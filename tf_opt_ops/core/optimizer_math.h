@@ -376,40 +376,14 @@ TF_OPT_OPS_HOST_DEVICE S StoreNearest(float x) {
   }
 }
 
-// Stochastic rounding's two ranges: the magnitudes `a` that StoreStochastic
-// rounds by the bit formula alone (StochasticBfloat16Bits,
-// StochasticFloat16Normal below), and the rest (NaN, infinities, beyond S's
-// largest; float16 subnormals), which take its other branches. NaN fails
-// every compare, so it is never in the first.
-constexpr float kLargestBfloat16 = 3.38953139e38f;
-constexpr float kLargestFloat16 = 65504.0f;
-constexpr float kSmallestNormalFloat16 = 6.103515625e-05f;  // 2^-14
-template <typename S>
-TF_OPT_OPS_HOST_DEVICE bool RoundsByBitsAlone(float a) {
-  if constexpr (HalfKindOf<S>::value == HalfKind::kBfloat16) {
-    return a < kLargestBfloat16;
-  } else {
-    return a >= kSmallestNormalFloat16 && a < kLargestFloat16;
-  }
-}
-
-// The stochastic rounding of a value that RoundsByBitsAlone, from its bits:
-// adding random bits below the kept ones carries into them with exactly the
-// wanted probability, and leaves the sign alone (|x| below S's largest cannot
-// carry into it). bfloat16: the 16 bits of the result; float16 (whose normals
-// keep 11 significant bits): the result as a float, exact in float16.
-TF_OPT_OPS_HOST_DEVICE uint32_t StochasticBfloat16Bits(uint32_t bits, uint32_t noise) {
-  return (bits + (noise >> 16)) >> 16;
-}
-TF_OPT_OPS_HOST_DEVICE float StochasticFloat16Normal(uint32_t bits, uint32_t noise) {
-  return BitsFloat((bits + (noise >> 19)) & ~0x1FFFu);
-}
-
 // x rounded to the 16-bit type S stochastically: to the neighbour of larger
 // magnitude with probability (|x| - lower) / (upper - lower), taking that
 // probability from the 32 random bits `noise`; the result is exact in S.
 // Values S cannot hold finitely (NaN, infinities, beyond S's largest)
-// round to nearest, as Store does. Branch-free, so that row loops vectorize.
+// round to nearest, as Store does. Branch-free, so that row loops vectorize:
+// adding random bits below the kept ones carries into them with exactly the
+// wanted probability, and leaves the sign alone (|x| below S's largest
+// cannot carry into it).
 template <typename S>
 TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
   constexpr HalfKind kind = HalfKindOf<S>::value;
@@ -421,16 +395,16 @@ TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
     if constexpr (kind == HalfKind::kBfloat16) {
       // Beyond the largest bfloat16 (and NaN): to nearest, as StoreNearest (whose bits are
       // selected here, not its result: a select of integers keeps the loop vectorized).
-      const uint32_t stochastic = StochasticBfloat16Bits(bits, noise);
+      const uint32_t stochastic = (bits + (noise >> 16)) >> 16;
       const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
       const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
-      const uint32_t out = x != x ? nan : (RoundsByBitsAlone<S>(a) ? stochastic : nearest);
+      const uint32_t out = x != x ? nan : (a < 3.38953139e38f ? stochastic : nearest);
       return HalfKindOf<S>::FromBits(static_cast<uint16_t>(out));
     } else {
-      // float16 subnormals are multiples of 2^-24, rounded up with probability the
-      // fraction of 2^-24 (24 random bits).
-      const float normal = StochasticFloat16Normal(bits, noise);
-      const float q = (a < kSmallestNormalFloat16 ? a : 0.0f) * 16777216.0f;
+      // float16 normals keep 11 significant bits; its subnormals are multiples of
+      // 2^-24, rounded up with probability the fraction of 2^-24 (24 random bits).
+      const float normal = BitsFloat((bits + (noise >> 19)) & ~0x1FFFu);
+      const float q = (a < 6.103515625e-05f ? a : 0.0f) * 16777216.0f;
 #if defined(__CUDA_ARCH__)
       const float whole = floorf(q);
 #else
@@ -442,8 +416,8 @@ TF_OPT_OPS_HOST_DEVICE S StoreStochastic(float x, uint32_t noise) {
       const float up = (noise >> 8) < fraction ? 1.0f : 0.0f;
       const float subnormal =
           BitsFloat(FloatBits((whole + up) * 5.9604644775390625e-08f) | (bits & 0x80000000u));
-      const float rounded = a >= kSmallestNormalFloat16 ? normal : subnormal;
-      return Store<S>(a < kLargestFloat16 ? rounded : x);
+      const float rounded = a >= 6.103515625e-05f ? normal : subnormal;
+      return Store<S>(a < 65504.0f ? rounded : x);  // largest float16
     }
   }
 }
@@ -460,98 +434,6 @@ TF_OPT_OPS_HOST_DEVICE S StoreSlot(C x, uint32_t key, int64_t j) {
     return Store<S>(x);
   }
 }
-
-#if !defined(__CUDACC__)
-// The CPU row loops round 16-bit slots stochastically kSlotLanes at a time
-// (the GPU rounds one per thread): the row's math leaves the slot values
-// unrounded in a staging array of floats (SlotLanesStaging), and
-// StoreStochasticLanes stores them. Where all of them RoundsByBitsAlone, it
-// computes the bit formula alone, which is the branch StoreStochastic selects
-// for each of them, so the bits are StoreStochastic's: one test of the lanes
-// instead of every element's other branches and selects. Any other value
-// among them sends the lanes through StoreStochastic itself. 16 lanes: 32
-// bytes of 16-bit slots, which GCC then computes in 32-byte vectors (with 8
-// it took 16-byte ones). bfloat16 at every level; float16 where F16C converts
-// the staged floats 8 at a time.
-constexpr int kSlotLanes = 16;
-template <typename S>
-constexpr bool kHasSlotLanes = HalfKindOf<S>::value == HalfKind::kBfloat16
-#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
-                               || HalfKindOf<S>::value == HalfKind::kFloat16
-#endif
-    ;
-template <typename S>
-struct SlotLanesStaging {
-  using type = float;
-};
-#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
-template <>
-struct SlotLanesStaging<Eigen::half> {
-  using type = Float16Staged;
-};
-#endif
-
-// Slot values into the staging array: float16's 8 at a time before the row's
-// math (LoadSlotLanes: LoadFloat16x8), bfloat16's one at a time inside the
-// loop of the math (LoadSlotLane; a loop of their own stored the staged floats
-// 16 bytes at a time, which the math then loaded 32 at a time: a stall).
-template <typename S, typename Staged>
-inline void LoadSlotLanes(const S* TF_OPT_OPS_RESTRICT in, Staged* TF_OPT_OPS_RESTRICT out) {
-#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
-  if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {
-    for (int l = 0; l < kSlotLanes; l += kFloat16Lanes) LoadFloat16x8(in + l, out + l);
-  }
-#endif
-}
-template <typename S, typename Staged>
-inline void LoadSlotLane(const S& in, Staged* TF_OPT_OPS_RESTRICT out) {
-  if constexpr (std::is_same_v<Staged, float>) *out = Load<float>(in);
-}
-
-// Elements j.. j + kSlotLanes - 1 of a row whose noise key is `key`, stored
-// stochastically rounded from their unrounded values `x`.
-template <typename S, typename Staged>
-inline void StoreStochasticLanes(const Staged* TF_OPT_OPS_RESTRICT x, uint32_t key, int64_t j,
-                                 S* TF_OPT_OPS_RESTRICT out) {
-  const uint32_t first = key + static_cast<uint32_t>(j);  // element j + l: Mix32(first + l)
-  uint32_t plain = 1;
-#pragma GCC unroll 1  // loops of kSlotLanes for the vectorizer (as LazyAdamRow's)
-  for (int l = 0; l < kSlotLanes; ++l) {
-    plain &= RoundsByBitsAlone<S>(Abs<float>(static_cast<float>(x[l]))) ? 1u : 0u;
-  }
-  if constexpr (HalfKindOf<S>::value == HalfKind::kBfloat16) {
-    if (plain) {
-#pragma GCC unroll 1
-      for (int l = 0; l < kSlotLanes; ++l) {
-        const uint32_t bits =
-            StochasticBfloat16Bits(FloatBits(static_cast<float>(x[l])), Mix32(first + l));
-        out[l] = HalfKindOf<S>::FromBits(static_cast<uint16_t>(bits));
-      }
-    } else {
-#pragma GCC unroll 1
-      for (int l = 0; l < kSlotLanes; ++l) {
-        out[l] = StoreStochastic<S>(static_cast<float>(x[l]), Mix32(first + l));
-      }
-    }
-  } else {
-#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
-    Float16Staged rounded[kSlotLanes];
-    if (plain) {
-#pragma GCC unroll 1
-      for (int l = 0; l < kSlotLanes; ++l) {
-        rounded[l].x = StochasticFloat16Normal(FloatBits(x[l].x), Mix32(first + l));
-      }
-    } else {
-#pragma GCC unroll 1
-      for (int l = 0; l < kSlotLanes; ++l) {
-        rounded[l] = StoreStochastic<Float16Staged>(x[l].x, Mix32(first + l));
-      }
-    }
-    for (int l = 0; l < kSlotLanes; l += kFloat16Lanes) StoreFloat16x8(rounded + l, out + l);
-#endif
-  }
-}
-#endif  // !__CUDACC__
 
 // x stored as T, rounded to nearest even (as Store; bfloat16 from the bits).
 template <typename T, typename C>
@@ -631,26 +513,6 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_R
   WithDecay(s, [&](auto decay) {
     constexpr bool kDecay = decltype(decay)::value;
     int64_t j = 0;
-#if !defined(__CUDACC__)
-    if constexpr (kStochastic && std::is_same_v<C, float> && kHasSlotLanes<S>) {
-      using Staged = typename SlotLanesStaging<S>::type;
-      for (; j + kSlotLanes <= n; j += kSlotLanes) {
-        Staged m_lanes[kSlotLanes], v_lanes[kSlotLanes];
-        LoadSlotLanes(m + j, m_lanes);
-        LoadSlotLanes(v + j, v_lanes);
-#pragma GCC unroll 1  // a loop for the vectorizer, not unrolled elements
-        for (int l = 0; l < kSlotLanes; ++l) {
-          LoadSlotLane(m[j + l], m_lanes + l);
-          LoadSlotLane(v[j + l], v_lanes + l);
-          // Into a float staging type, unrounded (kStochastic false): rounded just below.
-          LazyAdamElement<false, T, Staged, C, kDecay>(var + j + l, m_lanes + l, v_lanes + l,
-                                                       Load<C>(g[j + l]), s, noise, j + l);
-        }
-        StoreStochasticLanes(m_lanes, noise.m, j, m + j);
-        StoreStochasticLanes(v_lanes, noise.v, j, v + j);
-      }
-    }
-#endif
 #if defined(TF_OPT_OPS_F16C_CONVERSIONS)
     if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {
       for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
@@ -749,23 +611,6 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OP
   WithDecay(s, [&](auto decay) {
     constexpr bool kDecay = decltype(decay)::value;
     int64_t j = 0;
-#if !defined(__CUDACC__)
-    if constexpr (kStochastic && std::is_same_v<C, float> &&
-                  kHasSlotLanes<S>) {  // as in LazyAdamRow
-      using Staged = typename SlotLanesStaging<S>::type;
-      for (; j + kSlotLanes <= n; j += kSlotLanes) {
-        Staged m_lanes[kSlotLanes];
-        LoadSlotLanes(m + j, m_lanes);
-#pragma GCC unroll 1  // as in LazyAdamRow
-        for (int l = 0; l < kSlotLanes; ++l) {
-          LoadSlotLane(m[j + l], m_lanes + l);
-          LazyAdamRowwiseElement<false, T, Staged, C, kDecay>(
-              var + j + l, m_lanes + l, Load<C>(g[j + l]), denominator, s, noise, j + l);
-        }
-        StoreStochasticLanes(m_lanes, noise.m, j, m + j);
-      }
-    }
-#endif
 #if defined(TF_OPT_OPS_F16C_CONVERSIONS)
     if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {  // as in LazyAdamRow
       for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
