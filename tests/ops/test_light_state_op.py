@@ -109,11 +109,11 @@ def _assert_same_bits_nan_as_nan(got, want, dtype, what):
 @pytest.mark.parametrize("rowwise", [False, True])
 @pytest.mark.parametrize("slot_dtype", ["bfloat16", "float16"])
 def test_stochastic_rounding_of_special_values_among_plain_ones(slot_dtype, rowwise):
-  # The CPU rounds a row's 16-bit slots 16 at a time, by the bit formula alone where all 16
-  # are plain values: a run that holds one special value must round every value, the
-  # special one and its plain neighbours, as StoreStochastic does. Rows of 16 x 3 + 5
-  # elements: row 0 all plain, the others with 1-3 specials at random places (in runs of
-  # 16 and in the 5 after them), so that every kind of run is met.
+  # StoreStochastic takes its bit formula for plain values and other branches for special
+  # ones; the row loops vectorize it, so a vector that holds one special value must round
+  # every value, the special one and its plain neighbours, as the reference does. Rows of
+  # 16 x 3 + 5 elements: row 0 all plain, the others with 1-3 specials at random places (in
+  # vectors of 8 or 16 and in the 5 after them), so that every kind of vector is met.
   rng = np.random.default_rng(11)
   rows, dim = 24, 53
   g = (rng.uniform(0.01, 1.0, (rows, dim)) * rng.choice([-1.0, 1.0], (rows, dim)))
