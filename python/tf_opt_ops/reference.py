@@ -22,6 +22,8 @@ check (gpu_check/gpu_check.py) loads it by file path on machines without
 TensorFlow, and the tests import it as `tf_opt_ops.reference`.
 """
 
+import math
+
 import numpy as np
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -357,7 +359,11 @@ def sparse_moving_average(average, synced, var, indices, dtype, *, count, ema_mo
     missed = (np.int32(count) - synced[rows]).astype(np.int32)
   steps = _round_to(missed.astype(C), dtype)
   ema_m = _round_to(C(ema_momentum), dtype)
-  decay = _round_to(np.power(np.float64(ema_m), steps.astype(np.float64)).astype(C), dtype)
+  # The C library's pow, as the op calls it: NumPy's own float64 power (its SIMD code on
+  # AVX-512 machines) can differ from it in the last bit.
+  libm_pow = np.frompyfunc(math.pow, 2, 1)
+  decay = libm_pow(float(ema_m), steps.astype(np.float64)).astype(np.float64)
+  decay = _round_to(decay.astype(C), dtype)
   w = var2[rows]
   gap = _round_to(load(average2[rows], dtype) - w, dtype)
   average2[rows] = store(w + _round_to(decay[:, None] * gap, dtype), dtype)
