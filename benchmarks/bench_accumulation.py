@@ -1,14 +1,16 @@
 """Benchmark: Keras 3 LazyAdam's (or ClippyAdagrad's) gradient accumulation against the bare step.
 
     python -m benchmarks.bench_accumulation [--optimizer lazy_adam|clippy_adagrad]
-        [--rows R --dim D --batch B] [--rounds N]
+        [--rows R --dim D --batch B] [--rounds N] [--use-ema]
 
 Three Keras 3 steps of the optimizer, each an `apply_gradients` of an IndexedSlices
 of B distinct rows in a `tf.function` on its own table: the bare step, the step with
 `gradient_accumulation_steps=2` as it runs (the apply step in one op on the CPU,
 ResourceSparseApplyLazyAdamWindow or ResourceSparseApplyClippyAdagradWindow), and
 the same with the apply step as it ran before (op ResourceSparseTakeWindowGradient,
-then the update). Each round times
+then the update). With --use-ema both accumulating steps keep the EMA too (LazyAdam's
+one op ResourceSparseApplyLazyAdamWindowAveraged, the two ops the take-window op, then
+ResourceSparseApplyLazyAdamAveraged). Each round times
 two windows of each, one call at a time, interleaved (bare, fused, two ops, ...);
 the medians of the micro-steps and of the apply steps, and their ratios to the
 bare step taken within each round, then their median.
@@ -33,7 +35,7 @@ def _call_ms(fn, args):
 OPTIMIZERS = {"lazy_adam": "LazyAdam", "clippy_adagrad": "ClippyAdagrad"}
 
 
-def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam"):
+def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam", use_ema=False):
   import keras
   import tensorflow as tf
 
@@ -49,14 +51,12 @@ def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam"):
 
   steps = bench.distinct_row_steps(case, seed)
   init = tf.random.normal((case.rows, case.dim), seed=seed)
+  feature = dict(learning_rate=0.001, gradient_accumulation_steps=2, use_ema=use_ema)
   variants = {
       "bare": bench._apply_gradients_step(optimizer_class(learning_rate=0.001),
                                           keras.Variable(init), case),
-      "fused": bench._apply_gradients_step(
-          optimizer_class(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init),
-          case),
-      "two ops": bench._apply_gradients_step(
-          TwoOps(learning_rate=0.001, gradient_accumulation_steps=2), keras.Variable(init), case),
+      "fused": bench._apply_gradients_step(optimizer_class(**feature), keras.Variable(init), case),
+      "two ops": bench._apply_gradients_step(TwoOps(**feature), keras.Variable(init), case),
   }
   del init
   for fn in variants.values():  # trace, warm up, and end on a window's last micro-step
@@ -72,7 +72,7 @@ def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam"):
       times[name]["apply"].append(np.mean(apply))
   bare = (np.array(times["bare"]["micro"]) + np.array(times["bare"]["apply"])) / 2
   result = {
-      "optimizer": optimizer, "case": case.label, "rounds": rounds,
+      "optimizer": optimizer, "use_ema": use_ema, "case": case.label, "rounds": rounds,
       "bare_ms": float(np.median(bare))
   }
   for name in ("fused", "two ops"):
@@ -94,9 +94,10 @@ def main():
   parser.add_argument("--dim", type=int, default=64)
   parser.add_argument("--batch", type=int, default=16_384)
   parser.add_argument("--rounds", type=int, default=100)
+  parser.add_argument("--use-ema", action="store_true", help="with use_ema=True too")
   args = parser.parse_args()
   case = bench.AdamCase(args.rows, args.dim, args.batch)
-  result = bench_accumulation(case, args.rounds, optimizer=args.optimizer)
+  result = bench_accumulation(case, args.rounds, optimizer=args.optimizer, use_ema=args.use_ema)
   result["load_average"] = os.getloadavg()
   print(json.dumps(result, indent=1))
 

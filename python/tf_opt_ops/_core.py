@@ -671,7 +671,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   default slots, outside XLA). `window`: `(accumulator, row_ids, row_count, steps)` where
   `window_fuses` says so: `grad` is the window's last micro-step, and the op takes the
   window's average (`take_window_gradient`'s) and updates the window's rows with it in one
-  pass.
+  pass; with `moving_average` too, the same pass keeps the average of the window's rows.
   """
   grad, indices, dtype = _split_gradient(var, grad, indices)
   if moving_average is not None and (light is not None or on_mesh or indices is None):

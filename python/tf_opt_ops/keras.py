@@ -222,14 +222,18 @@ class _Keras3Mixin(_core.LazyMovingAverageMixin):
     """Whether `update_step` takes `variable`'s window (`window=`) from its last micro-step's
     sparse gradient, averaging and updating its rows in one op; else the window's average
     is taken first (`_core.take_window_gradient`)."""
-    # Clipping needs the window's whole average first, and the EMA's catch-up is its own
-    # fused op.
+    # Clipping needs the window's whole average first. The EMA's catch-up runs in the window
+    # op only where the averages are kept lazily (`_lazy_average`: not under tf.distribute),
+    # on the window's rows, which the last micro-step's gradient alone does not name.
     clips = (self.clipnorm, self.clipvalue, self.global_clipnorm)
-    return (self._has_window_op(variable) and not any(clips) and not self.use_ema and
+    if any(clips) or (self.use_ema and not self._lazy_average):
+      return False
+    return (self._has_window_op(variable, averaged=self.use_ema) and
             _core.window_fuses(_tf_variable(variable), accumulator))
 
-  def _has_window_op(self, variable):
-    """Whether this optimizer has a window op for `variable`'s state (its default layout)."""
+  def _has_window_op(self, variable, averaged=False):
+    """Whether this optimizer has a window op for `variable`'s state (its default layout),
+    keeping the moving average where `averaged`."""
     return False
 
   def _moving_average_step(self):
@@ -293,7 +297,8 @@ class LazyAdam(_core.LazyAdamMixin, _Keras3Mixin, keras.optimizers.Adam):
     # graphs (where convert_checkpoint finds the slots).
     self._momentums, self._velocities = momentums, velocities
 
-  def _has_window_op(self, variable):
+  def _has_window_op(self, variable, averaged=False):
+    # ResourceSparseApplyLazyAdamWindow, and ...WindowAveraged for the moving average.
     return self._light_options(variable) is None
 
   def update_step(self, gradient, variable, learning_rate, window=None):
@@ -343,8 +348,9 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Opt
     self._accumulators, self.clipping_factors = accumulators, clipping_factors
     self._build_row_state(var_list)
 
-  def _has_window_op(self, variable):
-    return self._light_accumulator.op_options(_tf_variable(variable)) is None
+  def _has_window_op(self, variable, averaged=False):
+    # No Clippy window op keeps a moving average.
+    return not averaged and self._light_accumulator.op_options(_tf_variable(variable)) is None
 
   def update_step(self, gradient, variable, learning_rate, window=None):
     index = self._get_variable_index(variable)

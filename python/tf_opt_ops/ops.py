@@ -31,6 +31,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdamWAveraged",
     "TfOptOps>ResourceSparseApplyLazyAdamWindow",
     "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
+    "TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged",
+    "TfOptOps>ResourceSparseApplyLazyAdamWWindowAveraged",
     "TfOptOps>ResourceApplyClippyAdagrad",
     "TfOptOps>ResourceSparseApplyClippyAdagrad",
     "TfOptOps>ResourceApplyClippyAdagradV2",
@@ -83,6 +85,12 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   (op `TfOptOps>ResourceSparseApplyLazyAdamWindow`, `...WWindow` with `weight_decay`):
   the numbers of `sparse_take_window_gradient` followed by this update. CPU only, slots
   of `var`'s dtype only, `accumulator` of `var`'s dtype and `row_ids` of `indices`'.
+
+  Both `window` and `moving_average`: each row of the window is averaged as with `window`,
+  its average caught up as with `moving_average`, then updated, in one pass (op
+  `TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged`, `...WWindowAveraged` with
+  `weight_decay`): the numbers of `sparse_take_window_gradient` followed by this update with
+  `moving_average` on the window's rows.
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -99,25 +107,21 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   if not rowwise_second_moment and not stochastic_rounding and (slot_dtype == grad.dtype or
                                                                 slot_dtype not in light_types or
                                                                 grad.dtype not in light_types):
-    if moving_average is not None and window is not None:
-      raise ValueError("sparse_lazy_adam: moving_average= and window= have no op together; "
-                       "take the window's average first (sparse_take_window_gradient).")
+    # The op: ResourceSparseApplyLazyAdam, its W op with weight_decay, ...Window with window,
+    # ...Averaged with moving_average (...WindowAveraged with both).
+    name = "tf_opt_ops_resource_sparse_apply_lazy_adam" + ("" if weight_decay is None else "_w")
     if window is not None:
       accumulator, row_ids, row_count, steps = window
-      op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_window if weight_decay is None else
-            lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w_window)
-      return op(**inputs, accumulator=_handle(accumulator), row_ids=_handle(row_ids),
-                row_count=_handle(row_count), steps=tf.cast(steps, tf.int64))
+      name += "_window"
+      inputs.update(accumulator=_handle(accumulator), row_ids=_handle(row_ids),
+                    row_count=_handle(row_count), steps=tf.cast(steps, tf.int64))
     if moving_average is not None:
       average, synced, count, ema_momentum = moving_average
-      op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_averaged if weight_decay is None else
-            lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w_averaged)
-      return op(**inputs, average=_handle(average), synced=_handle(synced),
-                count=tf.cast(count, tf.int32),
-                ema_momentum=_table_momentum(ema_momentum, grad.dtype))
-    op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam if weight_decay is None else
-          lib.tf_opt_ops_resource_sparse_apply_lazy_adam_w)
-    return op(**inputs)
+      name += "_averaged"
+      inputs.update(average=_handle(average), synced=_handle(synced),
+                    count=tf.cast(count, tf.int32),
+                    ema_momentum=_table_momentum(ema_momentum, grad.dtype))
+    return getattr(lib, name)(**inputs)
   if moving_average is not None:
     raise ValueError("sparse_lazy_adam: moving_average= needs slots of var's dtype (op "
                      "ResourceSparseApplyLazyAdamAveraged); with light slots, run "

@@ -130,6 +130,8 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
       "TfOptOps>ResourceSparseApplyLazyAdamWAveraged", "TfOptOps>ResourceSparseApplyLazyAdamWindow",
       "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
+      "TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged",
+      "TfOptOps>ResourceSparseApplyLazyAdamWWindowAveraged",
       "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
       "TfOptOps>ResourceSparseApplyClippyAdagradWWindow"
   }

@@ -17,6 +17,8 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
+from averaged_cases import BAD_AVERAGE_VARIABLES
+from averaged_cases import break_average_variable
 from common import stored_tensor
 from common import stored_values
 
@@ -116,22 +118,11 @@ def test_bad_index_names_it_and_writes_nothing():
     np.testing.assert_array_equal(x.numpy(), b, err_msg=name)
 
 
-@pytest.mark.parametrize("what", ["synced shape", "synced dtype", "average dtype"])
+@pytest.mark.parametrize("what", BAD_AVERAGE_VARIABLES)
 def test_a_bad_variable_is_named_in_the_op_inputs_words_and_nothing_is_written(what):
   rng = np.random.default_rng(3)
   state, _ = _state(rng, ROWS, DIM, "float32", np.arange(ROWS, dtype=np.int32))
-  if what == "synced shape":
-    state[4] = tf.Variable(tf.zeros([ROWS + 1], tf.int32))
-    message = (f"synced holds one step count per row of var, so its shape must be [{ROWS}]: "
-               f"synced [{ROWS + 1}] vs var [{ROWS},{DIM}]: create synced with shape "
-               f"[var.shape[0]].")
-  elif what == "synced dtype":
-    state[4] = tf.Variable(tf.zeros([ROWS]))
-    message = ("synced has dtype float but must be int32: create synced as an int32 variable of "
-               "one step count per row of var.")
-  else:
-    state[3] = tf.Variable(tf.zeros((ROWS, DIM), tf.float64))
-    message = "average has dtype double but grad has dtype float"
+  message = break_average_variable(what, state)
   before = [x.numpy().copy() for x in state]
   with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
     _fused(state, tf.ones((2, DIM)), tf.constant([1, 2]), 20, 1, None)

@@ -1,8 +1,8 @@
-"""What the tests of the fused window ops (LazyAdam's and ClippyAdagrad's apply step of a
-gradient accumulation window in one op) share: the windows, the state in two copies (one for
-the fused op, one for the two ops it fuses), the micro-steps, the bad inputs and the
-bit-for-bit comparison. Each test file keeps only what its optimizer adds: its slots, its
-hyperparameters and its two ways of applying a window.
+"""What the tests of the fused window ops (LazyAdam's, with and without its moving average,
+and ClippyAdagrad's apply step of a gradient accumulation window in one op) share: the
+windows, the state in two copies (one for the fused op, one for the two ops it fuses), the
+micro-steps, the bad inputs and the bit-for-bit comparison. Each test file keeps only what its
+optimizer adds: its slots, its hyperparameters and its two ways of applying a window.
 
 A state is a list: the optimizer's variables (var and its slots), then the window's
 accumulator, row_ids and row_count.
@@ -99,7 +99,7 @@ def pool_micro_steps(rng, dtype, steps, states, size):
 
 def assert_same_bits(names, fused, two_ops, dtype, message=""):
   for name, ours, theirs in zip(names, fused, two_ops):
-    kind = dtype if name not in ("row_ids", "row_count") else "int"
+    kind = dtype if name not in ("row_ids", "row_count", "synced") else "int"
     np.testing.assert_array_equal(stored_values(ours, kind), stored_values(theirs, kind),
                                   err_msg=f"{name} {message}")
 

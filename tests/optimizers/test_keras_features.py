@@ -262,6 +262,12 @@ WINDOW_DECAY_OPS = {
     "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
     "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
 }
+# With EMA: the window op that keeps the average too, (plain, with weight decay); ClippyAdagrad
+# has none, and takes the window's average first.
+WINDOW_AVERAGED_OPS = {
+    "LazyAdam": ("TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged",
+                 "TfOptOps>ResourceSparseApplyLazyAdamWWindowAveraged"),
+}
 ROW_COPYING_OPS = {
     "ResourceScatterUpdate", "ResourceScatterAdd", "ResourceGather", "Unique", "TensorScatterAdd"
 }
@@ -300,20 +306,29 @@ def test_gradient_accumulation_resumes_mid_window_bit_identical(tmp_path, opt_na
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("use_ema", [False, True], ids=["no-ema", "ema"])
 @pytest.mark.parametrize("weight_decay", [None, 0.01], ids=["plain", "weight-decay"])
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
-def test_window_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, opt_name, mode, weight_decay):
+def test_window_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, opt_name, mode, weight_decay,
+                                                     use_ema):
   """Keras 3 LazyAdam and ClippyAdagrad on the CPU take the window's average in their update's
-  op (ResourceSparseApply{LazyAdam,ClippyAdagrad}[W]Window): over several windows and a
-  partial one every variable, the accumulators and the window's row ids included, equals the
-  run that takes the average first (TakeWindowGradient, then the update) bit for bit."""
+  op (ResourceSparseApply{LazyAdam,ClippyAdagrad}[W]Window; with EMA LazyAdam's
+  ...[W]WindowAveraged, which keeps the average too): over several windows and a partial one
+  every variable, the accumulators, the window's row ids, the averages and their sync steps
+  included, equals the run that takes the average first (TakeWindowGradient, then the update)
+  bit for bit."""
   from tf_opt_ops import _core
 
   options = dict(OPTIONS, gradient_accumulation_steps=ACCUMULATION_STEPS, weight_decay=weight_decay)
+  if use_ema:
+    options.update(use_ema=True, ema_momentum=EMA_MOMENTUM)
   make = getattr(common.flavor_module("keras"), opt_name)
   batches = _micro_batches() + _batches(seed=8, steps=ACCUMULATION_STEPS * 2)
   window_op = (WINDOW_OPS if weight_decay is None else WINDOW_DECAY_OPS)[opt_name]
+  fuses = not use_ema or opt_name in WINDOW_AVERAGED_OPS
+  if use_ema and fuses:
+    window_op = WINDOW_AVERAGED_OPS[opt_name][weight_decay is not None]
   runs = {}
   for path in ("one op", "two ops"):
     with monkeypatch.context() as patch:
@@ -326,7 +341,7 @@ def test_window_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, opt_name, mode
         step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
       if mode == "function":
         types = _graph_op_types(step, *map(tf.constant, batches[0]))
-        if path == "one op":
+        if path == "one op" and fuses:
           assert window_op in types and TAKE_WINDOW_OP not in types, sorted(types)
         else:
           assert ACCUMULATION_OPS <= types and window_op not in types, sorted(types)
@@ -419,6 +434,8 @@ EMA_SPARSE_OPS = {
     "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
     "ClippyAdagrad": SPARSE_OPS["ClippyAdagrad"],
 }
+# With gradient accumulation: LazyAdam's window op keeps the average.
+EMA_WINDOW_SPARSE_OPS = dict(EMA_SPARSE_OPS, LazyAdam=WINDOW_AVERAGED_OPS["LazyAdam"][0])
 
 
 def _assert_ema_graph(step, opt_name, batch, sparse_ops=None):
@@ -430,6 +447,7 @@ def _assert_ema_graph(step, opt_name, batch, sparse_ops=None):
     assert EMA_OP not in types and SPARSE_OPS[opt_name] not in types, sorted(types)
   else:
     assert EMA_OP in types, sorted(types)
+  return types
 
 
 def _average_variables(opt):
@@ -610,7 +628,10 @@ def test_ema_with_gradient_accumulation_is_stocks_and_stays_lazy(opt_name, overw
   np.testing.assert_allclose(table.numpy(), averages[0], **FLOAT32_TOL)
   np.testing.assert_allclose(bias.numpy(), averages[1], **FLOAT32_TOL)
   if mode == "function":
-    _assert_ema_graph(step, opt_name, _micro_batches()[0])
+    # LazyAdam's window op keeps the average: no take of the window's average before it.
+    types = _assert_ema_graph(step, opt_name, _micro_batches()[0], EMA_WINDOW_SPARSE_OPS)
+    if opt_name in WINDOW_AVERAGED_OPS:
+      assert TAKE_WINDOW_OP not in types, sorted(types)
 
 
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)

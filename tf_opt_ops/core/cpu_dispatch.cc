@@ -97,6 +97,24 @@ void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& w
 }
 
 template <typename T, typename Tindex>
+void SparseApplyLazyAdamWindowAveraged(const CpuPool& pool, WindowGradient<T, Tindex>& window,
+                                       T steps, T* var, T* m, T* v,
+                                       const AdamStep<ComputeT<T>>& step,
+                                       const LazyAverage<T>& average) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return avx512::SparseApplyLazyAdamWindowAveraged<T, Tindex>(pool, window, steps, var, m, v,
+                                                                  step, average);
+    case CpuIsa::kAvx2:
+      return avx2::SparseApplyLazyAdamWindowAveraged<T, Tindex>(pool, window, steps, var, m, v,
+                                                                step, average);
+    case CpuIsa::kAvx:
+      break;
+  }
+  avx::SparseApplyLazyAdamWindowAveraged<T, Tindex>(pool, window, steps, var, m, v, step, average);
+}
+
+template <typename T, typename Tindex>
 ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window,
                                            T steps, T* var, T* accum,
                                            const ClippyStep<ComputeT<T>>& step) {

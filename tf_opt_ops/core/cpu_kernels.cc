@@ -115,6 +115,44 @@ struct TouchedRows {
   int64_t dim = 0;
 };
 
+// One row of lazy Adam with its moving average (the averaged ops): table row
+// `row` at offset `o`, its average first brought up to date from its value
+// before the update, then lazy Adam with gradient row `g`.
+template <typename T, typename G>
+void AveragedLazyAdamRow(MovingAverageDecayCache<T, ComputeT<T>>& decay_of,
+                         const LazyAverage<T>& lazy, int64_t row, int64_t o, T* var, T* m, T* v,
+                         const G* g, int64_t dim, const AdamStep<ComputeT<T>>& step) {
+  CatchUpAverageRow<T>(decay_of, lazy.average + o, var + o, dim, lazy.synced + row);
+  LazyAdamRow<false, T, T>(var + o, m + o, v + o, g, dim, step, RowNoise{});
+}
+
+// The row loop of the lazy Adam window ops over a grouped `window`, in the
+// rows' address order: each distinct row u's average taken
+// (WindowGradient::TakeRow, which zeroes its accumulator row) into a buffer of
+// the thread, as op ResourceSparseTakeWindowGradient writes it, then
+// `update(u, o, average)` on the row at offset o of `tables`, `update` made
+// by `make_update()` once per work item (so its state, a decay cache, is the
+// item's own); then the window's count zeroed.
+template <typename T, typename Tindex, typename MakeUpdate>
+void TakeWindowRows(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,
+                    const Eigen::TensorOpCost& cost, std::initializer_list<SpanTable> tables,
+                    MakeUpdate make_update) {
+  const int64_t dim = window.row_size();
+  const int64_t* rows = window.rows();
+  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  ForEachItem(pool, window.num_rows(), cost, [&](int64_t begin, int64_t end) {
+    std::vector<T> average(dim);
+    auto update = make_update();
+    ForEachSpan(begin, end, tables, offset, length, [&](int64_t u, int64_t o) {
+      if (u + kPrefetchSpansMedium < end) window.PrefetchStepRow(u + kPrefetchSpansMedium);
+      window.TakeRow(u, steps, average.data());
+      update(u, o, static_cast<const T*>(average.data()));
+    });
+  });
+  window.Applied();
+}
+
 }  // namespace
 
 template <typename T, typename S, typename Tindex>
@@ -182,9 +220,8 @@ absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T
       ForEachSpan(begin, end,
                   {TableOf(var), TableOf(m), TableOf(v), TableOf(average), TableOf(synced, dim)},
                   touched.offset(), touched.length(), [&](int64_t u, int64_t o) {
-                    CatchUpAverageRow<T>(decay_of, average + o, var + o, dim, synced + rows[u]);
-                    LazyAdamRow<false, T, T>(var + o, m + o, v + o, g + u * dim, dim, step,
-                                             RowNoise{});
+                    AveragedLazyAdamRow(decay_of, lazy, rows[u], o, var, m, v, g + u * dim, dim,
+                                        step);
                   });
     });
   });
@@ -195,25 +232,38 @@ template <typename T, typename Tindex>
 void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,
                                T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step) {
   const int64_t dim = window.row_size();
-  const int64_t* rows = window.rows();
-  const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
-  const auto length = [dim](int64_t) { return dim; };
   // Per row: read var, m, v, the accumulator and the step's values; write all
   // but the values.
   const Eigen::TensorOpCost cost(dim * 5.0 * sizeof(T), dim * 4.0 * sizeof(T), 25.0 * dim);
-  ForEachItem(pool, window.num_rows(), cost, [&](int64_t begin, int64_t end) {
-    // The row's average, as op ResourceSparseTakeWindowGradient writes it.
-    std::vector<T> average(dim);
-    ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v), TableOf(window.accumulator())},
-                offset, length, [&](int64_t u, int64_t o) {
-                  if (u + kPrefetchSpansMedium < end)
-                    window.PrefetchStepRow(u + kPrefetchSpansMedium);
-                  window.TakeRow(u, steps, average.data());
-                  LazyAdamRow<false, T, T>(var + o, m + o, v + o, average.data(), dim, step,
-                                           RowNoise{});
-                });
-  });
-  window.Applied();
+  TakeWindowRows(pool, window, steps, cost,
+                 {TableOf(var), TableOf(m), TableOf(v), TableOf(window.accumulator())}, [&] {
+                   return [&](int64_t, int64_t o, const T* average) {
+                     LazyAdamRow<false, T, T>(var + o, m + o, v + o, average, dim, step,
+                                              RowNoise{});
+                   };
+                 });
+}
+
+template <typename T, typename Tindex>
+void SparseApplyLazyAdamWindowAveraged(const CpuPool& pool, WindowGradient<T, Tindex>& window,
+                                       T steps, T* var, T* m, T* v,
+                                       const AdamStep<ComputeT<T>>& step,
+                                       const LazyAverage<T>& lazy) {
+  const int64_t dim = window.row_size();
+  const int64_t* rows = window.rows();
+  // Per row: read var, m, v, average, the accumulator, the step's values and
+  // synced; write all but the values.
+  const Eigen::TensorOpCost cost(dim * 6.0 * sizeof(T) + sizeof(int32_t),
+                                 dim * 5.0 * sizeof(T) + sizeof(int32_t), 35.0 * dim + 40.0);
+  TakeWindowRows(pool, window, steps, cost,
+                 {TableOf(var), TableOf(m), TableOf(v), TableOf(window.accumulator()),
+                  TableOf(lazy.average), TableOf(lazy.synced, dim)},
+                 [&] {
+                   return [&, decay_of = MovingAverageDecayCache<T, ComputeT<T>>(lazy.step)](
+                              int64_t u, int64_t o, const T* average) mutable {
+                     AveragedLazyAdamRow(decay_of, lazy, rows[u], o, var, m, v, average, dim, step);
+                   };
+                 });
 }
 
 template <typename T, typename A>

@@ -75,6 +75,12 @@ struct LazyAverage {
 // SparseApplyLazyAdam updates it with the average as its gradient row, in
 // one pass; then the window's count zeroed.
 //
+// SparseApplyLazyAdamWindowAveraged: SparseApplyLazyAdamWindow with the
+// table's lazy moving average (op ResourceSparseApplyLazyAdamWindowAveraged):
+// each distinct row of the window, once its average is taken, has its moving
+// average brought up to date as SparseApplyLazyAdamAveraged does, then is
+// updated, in the same pass.
+//
 // SparseApplyClippyAdagradWindow: the same for sparse Clippy Adagrad (op
 // ResourceSparseApplyClippyAdagradWindow), the accumulator of the table's
 // type: the first pass takes each distinct row's average into a buffer of the
@@ -104,6 +110,10 @@ struct LazyAverage {
   template <typename T, typename Tindex>                                                           \
   void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,  \
                                  T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step);           \
+  template <typename T, typename Tindex>                                                           \
+  void SparseApplyLazyAdamWindowAveraged(                                                          \
+      const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps, T* var, T* m, T* v,         \
+      const AdamStep<ComputeT<T>>& step, const LazyAverage<T>& average);                           \
   template <typename T, typename Tindex>                                                           \
   ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool,                                  \
                                              WindowGradient<T, Tindex>& window, T steps, T* var,   \
@@ -153,6 +163,9 @@ struct LazyAverage {
       const LazyAverage<T>&);                                                                      \
   template void SparseApplyLazyAdamWindow<T, Tindex>(const CpuPool&, WindowGradient<T, Tindex>&,   \
                                                      T, T*, T*, T*, const AdamStep<ComputeT<T>>&); \
+  template void SparseApplyLazyAdamWindowAveraged<T, Tindex>(                                      \
+      const CpuPool&, WindowGradient<T, Tindex>&, T, T*, T*, T*, const AdamStep<ComputeT<T>>&,     \
+      const LazyAverage<T>&);                                                                      \
   template ComputeT<T> SparseApplyClippyAdagradWindow<T, Tindex>(                                  \
       const CpuPool&, WindowGradient<T, Tindex>&, T, T*, T*, const ClippyStep<ComputeT<T>>&);
 #define TF_OPT_OPS_CPU_TABLE_INSTANTIATE(T)          \

@@ -1,6 +1,7 @@
 // Sparse lazy Adam: OpKernel (validation, locking), the CPU functor, and the
 // GPU functor calling the launcher of lazy_adam_kernels.cu.cc; and the
-// CPU-only OpKernel of lazy Adam with its moving average.
+// CPU-only OpKernels of lazy Adam with its moving average, with a gradient
+// accumulation window, and with both.
 #define EIGEN_USE_THREADS  // before any Eigen header: kernels run on the CPU thread pool
 #if GOOGLE_CUDA
 #define EIGEN_USE_GPU  // Eigen::GpuDevice, for the op's stream
@@ -14,6 +15,7 @@
 #include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/lazy_adam_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/lazy_adam_window_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_window_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
@@ -145,6 +147,22 @@ absl::Status AveragedDtypeMismatch(size_t k, const char* name, tensorflow::DataT
 
 constexpr VariableErrors kAveragedErrors{AveragedDtypeMismatch, CheckSyncedShape};
 
+// The moving average of the averaged ops: the locked `average` and `synced`,
+// the step from their scalar inputs count and ema_momentum.
+template <typename T>
+absl::Status ReadLazyAverage(OpKernelContext* ctx, Tensor* average, Tensor* synced,
+                             cpu::LazyAverage<T>* lazy) {
+  using namespace lazy_adam_averaged;  // NOLINT: the input names
+  using C = ComputeT<T>;
+  int32_t count = 0;
+  C ema_momentum;
+  TF_RETURN_IF_ERROR(ReadScalar<int32_t>(ctx, kCount, kAverageScalarNames[0], &count));
+  TF_RETURN_IF_ERROR(ReadScalar<C>(ctx, kEmaMomentum, kAverageScalarNames[1], &ema_momentum));
+  *lazy = {average->flat<T>().data(), synced->flat<int32_t>().data(),
+           MakeMovingAverageStep<T, C>(ema_momentum, count)};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Ops ResourceSparseApplyLazyAdamAveraged and its W op: the lazy Adam of
@@ -174,22 +192,16 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
                           {t, t, t, t, tensorflow::DT_INT32}, kSyncedSlot, kAveragedErrors));
     Hyperparameters<C> hyper;
     OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
-    int32_t count = 0;
-    C ema_momentum;
-    OP_REQUIRES_OK(ctx, ReadScalar<int32_t>(ctx, kCount, kAverageScalarNames[0], &count));
-    OP_REQUIRES_OK(ctx, ReadScalar<C>(ctx, kEmaMomentum, kAverageScalarNames[1], &ema_momentum));
+    cpu::LazyAverage<T> lazy{};
+    OP_REQUIRES_OK(ctx, ReadLazyAverage(ctx, vars.tensor(3), vars.tensor(kSyncedSlot), &lazy));
     Tensor* var = vars.tensor(0);
     Tensor* m = vars.tensor(1);
     Tensor* v = vars.tensor(2);
-    Tensor* average = vars.tensor(3);
-    Tensor* synced = vars.tensor(kSyncedSlot);
     const Tensor& grad = ctx->input(kGrad);
     const Tensor& indices = ctx->input(kIndices);
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
     const EigenCpuPool pool(ctx->eigen_cpu_device());
-    const cpu::LazyAverage<T> lazy{average->flat<T>().data(), synced->flat<int32_t>().data(),
-                                   MakeMovingAverageStep<T, C>(ema_momentum, count)};
     OP_REQUIRES_OK(ctx,
                    cpu::SparseApplyLazyAdamAveraged<T, Tindex>(
                        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
@@ -261,6 +273,69 @@ TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWin
                                         SparseApplyLazyAdamWindowOp)
 TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWWindow",
                                         SparseApplyLazyAdamWindowOp)
+
+namespace {
+
+// The window averaged ops' variables: synced int32 (the averaged ops' words),
+// the others as the window ops'.
+absl::Status WindowAveragedDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                                         tensorflow::DataType want, tensorflow::DataType table) {
+  return static_cast<int>(k) == lazy_adam_averaged::kSyncedSlot
+             ? AveragedDtypeMismatch(k, name, got, want, table)
+             : WindowDtypeMismatch(k, name, got, want, table);
+}
+
+constexpr VariableErrors kWindowAveragedErrors{WindowAveragedDtypeMismatch, CheckRowSlotShape};
+
+}  // namespace
+
+// Ops ResourceSparseApplyLazyAdamWindowAveraged and its W op: the window op's
+// average and lazy Adam with the averaged op's catch-up of each row's moving
+// average before its update, in one pass
+// (cpu::SparseApplyLazyAdamWindowAveraged). CPU only: on GPUs and in XLA the
+// optimizers take the window's average, then keep the average and run lazy
+// Adam.
+template <typename T, typename Tindex>
+class SparseApplyLazyAdamWindowAveragedOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyLazyAdamWindowAveragedOp(tensorflow::OpKernelConstruction* ctx)
+      : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    decays_ = lazy_adam_window_averaged::HasWeightDecay(ctx->num_inputs());
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace lazy_adam;                  // NOLINT: the input names
+    using namespace lazy_adam_window_averaged;  // NOLINT: the input names
+    using lazy_adam_averaged::kSyncedSlot;
+    WindowApplyInputs<T, Tindex> inputs;
+    OP_REQUIRES_OK(ctx,
+                   inputs.Acquire(ctx, kVariableInputs, lazy_adam_window_averaged::kVariableNames,
+                                  lazy_adam_window_averaged::kNumVariables, kSyncedSlot,
+                                  kWindowAveragedErrors));
+    Hyperparameters<C> hyper;
+    OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
+    cpu::LazyAverage<T> lazy{};
+    OP_REQUIRES_OK(ctx, ReadLazyAverage(ctx, inputs.tensor(3), inputs.tensor(kSyncedSlot), &lazy));
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    OP_REQUIRES_OK(ctx, inputs.Group(ctx, pool, kGrad, kIndices, kSteps));
+    cpu::SparseApplyLazyAdamWindowAveraged<T, Tindex>(
+        pool, inputs.window(), inputs.steps(), inputs.tensor(0)->template flat<T>().data(),
+        inputs.tensor(1)->template flat<T>().data(), inputs.tensor(2)->template flat<T>().data(),
+        hyper.Step(), lazy);
+  }
+
+ private:
+  bool use_locking_;
+  bool decays_;  // the W op: the weight decay is its last input
+};
+
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged",
+                                        SparseApplyLazyAdamWindowAveragedOp)
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWWindowAveraged",
+                                        SparseApplyLazyAdamWindowAveragedOp)
 
 // The kernels of the four ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float

@@ -107,12 +107,14 @@ class LockedVariables {
   // first, then its slots), of `dtypes`; `names` name them in errors. Unless
   // `row_slot` is -1, the variable at that position of `inputs` holds one
   // value per row of the first; unless `scalar_slot` is -1, the one at that
-  // position is a scalar. `errors` words the dtype and row slot errors.
+  // position is a scalar; unless `synced_slot` is -1, the one at that position
+  // is a moving average's synced steps (CheckSyncedShape), a second row slot.
+  // `errors` words the dtype and row slot errors.
   absl::Status Acquire(OpKernelContext* ctx, bool use_locking, bool sparse,
                        const std::vector<int>& inputs, const std::vector<const char*>& names,
                        const std::vector<tensorflow::DataType>& dtypes, int row_slot,
                        const VariableErrors& errors = kOptimizerVariableErrors,
-                       int scalar_slot = -1) {
+                       int scalar_slot = -1, int synced_slot = -1) {
     std::vector<tensorflow::core::RefCountPtr<tensorflow::Var>> variables(inputs.size());
     bool all_copy_on_read = true;
     for (size_t k = 0; k < inputs.size(); ++k) {
@@ -161,6 +163,11 @@ class LockedVariables {
         if (TensorShapeUtils::IsScalar(tensors_[k].shape())) continue;
         return InvalidArgument(names[k], " must be a scalar variable, got shape ",
                                tensors_[k].shape().DebugString());
+      }
+      if (static_cast<int>(k) == synced_slot) {
+        TF_RETURN_IF_ERROR(
+            CheckSyncedShape(names[k], tensors_[k].shape(), names[0], tensors_[0].shape()));
+        continue;
       }
       TF_RETURN_IF_ERROR(
           static_cast<int>(k) == row_slot
@@ -251,24 +258,28 @@ inline absl::Status WindowDtypeMismatch(size_t, const char* name, tensorflow::Da
 inline constexpr VariableErrors kWindowVariableErrors{WindowDtypeMismatch, CheckRowSlotShape};
 
 // The inputs of a window's apply step in one op (ResourceSparseApplyLazyAdamWindow,
-// ResourceSparseApplyClippyAdagradWindow and their W ops): the optimizer's
-// variables, the table first, then the window's accumulator, row_ids and
-// row_count, locked exclusively (the ids and the count are rewritten whole)
-// and validated; then the window's last micro-step (grad, indices) and steps
+// ResourceSparseApplyClippyAdagradWindow, ResourceSparseApplyLazyAdamWindowAveraged
+// and their W ops): the optimizer's variables, the table first (with a moving
+// average's synced steps, int32, where `synced_slot` is not -1), then the
+// window's accumulator, row_ids and row_count, locked exclusively (the ids and the count are
+// rewritten whole) and validated; then the window's last micro-step (grad, indices) and steps
 // checked and grouped with the held ids (cpu::WindowGradient::Group). Nothing
 // is written until both have succeeded.
 template <typename T, typename Tindex>
 class WindowApplyInputs {
  public:
-  // `inputs` and `names`: the `num_variables` variables, the window's three last.
+  // `inputs` and `names`: the `num_variables` variables, the window's three
+  // last; `errors` words the dtype errors.
   absl::Status Acquire(OpKernelContext* ctx, const int* inputs, const char* const* names,
-                       int num_variables) {
+                       int num_variables, int synced_slot = -1,
+                       const VariableErrors& errors = kWindowVariableErrors) {
     num_variables_ = num_variables;
     std::vector<tensorflow::DataType> dtypes(num_variables, tensorflow::DataTypeToEnum<T>::v());
     dtypes[RowIdsSlot()] = dtypes[RowCountSlot()] = tensorflow::DataTypeToEnum<Tindex>::v();
+    if (synced_slot != -1) dtypes[synced_slot] = tensorflow::DT_INT32;
     return vars_.Acquire(ctx, /*use_locking=*/true, /*sparse=*/true,
                          {inputs, inputs + num_variables}, {names, names + num_variables}, dtypes,
-                         RowIdsSlot(), kWindowVariableErrors, RowCountSlot());
+                         RowIdsSlot(), errors, RowCountSlot(), synced_slot);
   }
 
   absl::Status Group(OpKernelContext* ctx, const CpuPool& pool, int grad_input, int indices_input,

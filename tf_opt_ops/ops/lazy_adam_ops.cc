@@ -2,6 +2,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tf_opt_ops/core/lazy_adam_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_interface.h"
+#include "tf_opt_ops/core/lazy_adam_window_averaged_interface.h"
 #include "tf_opt_ops/core/lazy_adam_window_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
 
@@ -223,15 +224,22 @@ attrs are ResourceSparseApplyLazyAdamV2's.
       .Input("count: int32")                             \
       .Input("ema_momentum: Tscalar")
 
-static absl::Status LazyAdamAveragedShape(InferenceContext* c, bool decays) {
+// Lazy Adam's inputs, then the moving average's (average, synced, count,
+// ema_momentum), as the averaged ops and the window averaged ops have them.
+static absl::Status LazyAdamAndAverageShape(InferenceContext* c) {
   using namespace lazy_adam_averaged;  // NOLINT: the input names
   TF_RETURN_IF_ERROR(LazyAdamShape(c, /*decays=*/false));
   ShapeHandle table;
   TF_RETURN_IF_ERROR(MergeVariables(c, {lazy_adam::kVar, kAverage}, &table));
   TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstAverageScalar, kNumAverageScalars));
-  if (decays) TF_RETURN_IF_ERROR(CheckScalarInputs(c, kWeightDecay, 1));
   ShapeHandle unused;
   return c->WithRankAtMost(VariableShape(c, kSynced), 1, &unused);
+}
+
+static absl::Status LazyAdamAveragedShape(InferenceContext* c, bool decays) {
+  TF_RETURN_IF_ERROR(LazyAdamAndAverageShape(c));
+  if (decays) return CheckScalarInputs(c, lazy_adam_averaged::kWeightDecay, 1);
+  return absl::OkStatus();
 }
 
 REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamAveraged")
@@ -278,11 +286,12 @@ ResourceSparseApplyLazyAdamAveraged's.
 // The ops of a gradient accumulation window's apply step: lazy Adam's inputs
 // (grad and indices the window's last micro-step), then the window's (the W op
 // adds the weight decay last).
-#define TF_OPT_OPS_LAZY_ADAM_WINDOW_INPUTS                   \
-  TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("accumulator: resource") \
-      .Input("row_ids: resource")                            \
-      .Input("row_count: resource")                          \
+#define TF_OPT_OPS_WINDOW_INPUTS    \
+  Input("accumulator: resource")    \
+      .Input("row_ids: resource")   \
+      .Input("row_count: resource") \
       .Input("steps: int64")
+#define TF_OPT_OPS_LAZY_ADAM_WINDOW_INPUTS TF_OPT_OPS_LAZY_ADAM_INPUTS.TF_OPT_OPS_WINDOW_INPUTS
 
 static absl::Status LazyAdamWindowShape(InferenceContext* c, bool decays) {
   TF_RETURN_IF_ERROR(LazyAdamShape(c, /*decays=*/false));
@@ -332,6 +341,64 @@ only.
 
 weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
 ResourceSparseApplyLazyAdamWindow's.
+)doc");
+
+// The ops of a gradient accumulation window's apply step with the table's
+// moving average kept: the averaged ops' inputs (grad and indices the window's
+// last micro-step), then the window's (the W op adds the weight decay last).
+#define TF_OPT_OPS_LAZY_ADAM_WINDOW_AVERAGED_INPUTS \
+  TF_OPT_OPS_LAZY_ADAM_AVERAGED_INPUTS.TF_OPT_OPS_WINDOW_INPUTS
+
+static absl::Status LazyAdamWindowAveragedShape(InferenceContext* c, bool decays) {
+  TF_RETURN_IF_ERROR(LazyAdamAndAverageShape(c));
+  return CheckWindowInputs(c, lazy_adam_window_averaged::kAccumulator, decays);
+}
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged")
+    .TF_OPT_OPS_LAZY_ADAM_WINDOW_AVERAGED_INPUTS.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return LazyAdamWindowAveragedShape(c, /*decays=*/false);
+    })
+    .Doc(R"doc(
+A window's apply step with the table's moving average: its average, the average's catch-up, then lazy Adam, in one pass.
+
+grad and indices are the window's last micro-step. For each distinct row i of
+the window (row_ids[:row_count] and indices), the row's average gradient is
+formed and row i of accumulator zeroed as ResourceSparseApplyLazyAdamWindow
+does; the row's moving average is brought up to date from the row's value
+before this step's update and synced[i] set to count, as
+ResourceSparseApplyLazyAdamAveraged does; then row i of var, m and v is
+updated as ResourceSparseApplyLazyAdam updates it with the window's average
+as its gradient row. row_count is then set to 0. The results are those of
+ResourceSparseTakeWindowGradient followed by
+ResourceSparseApplyLazyAdamAveraged (their docs state them), bit for bit;
+each row of the window is read once. CPU only.
+
+Every input is validated before anything is written: a bad one (an index or
+held row id outside [0, var.shape[0]), row_count outside [0, var.shape[0]],
+steps not positive, a variable of another dtype or shape, synced not int32
+of shape [var.shape[0]], a non-scalar input) fails the op with
+InvalidArgumentError and leaves every variable unchanged.
+
+average, synced, count, ema_momentum: as in ResourceSparseApplyLazyAdamAveraged.
+accumulator, row_ids, row_count, steps: as in ResourceSparseApplyLazyAdamWindow.
+The other inputs and attrs are ResourceSparseApplyLazyAdam's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWWindowAveraged")
+    .TF_OPT_OPS_LAZY_ADAM_WINDOW_AVERAGED_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) { return LazyAdamWindowAveragedShape(c, /*decays=*/true); })
+    .Doc(R"doc(
+ResourceSparseApplyLazyAdamWindowAveraged with the decoupled weight decay of ResourceSparseApplyLazyAdamW.
+
+Each row of the window has its average brought up to date from its value
+before its decay and update, then is decayed and updated as
+ResourceSparseApplyLazyAdamW does (its doc states it), with the window's
+average as its gradient row. CPU only.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
+ResourceSparseApplyLazyAdamWindowAveraged's.
 )doc");
 
 }  // namespace tf_opt_ops
