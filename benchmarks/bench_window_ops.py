@@ -12,20 +12,10 @@ four bare steps, one call at a time, interleaved; the ratios to the round's mean
 then their medians.
 """
 
-import argparse
-import json
-import os
-import time
-
 import numpy as np
 
 from benchmarks import bench
-
-
-def _call_ms(fn, args):
-  start = time.perf_counter()
-  fn(*args)
-  return (time.perf_counter() - start) * 1e3
+from benchmarks import bench_accumulation
 
 
 def bench_window_ops(case, rounds, seed=0, optimizer="lazy_adam"):
@@ -74,8 +64,8 @@ def bench_window_ops(case, rounds, seed=0, optimizer="lazy_adam"):
   for _ in range(rounds):
     calls = {"bare": [], "micro": [], "apply": []}
     for k, args in enumerate(steps):
-      calls["bare"].append(_call_ms(bare, args))
-      calls["micro" if k % 2 == 0 else "apply"].append(_call_ms(window(k), args))
+      calls["bare"].append(bench_accumulation.call_ms(bare, args))
+      calls["micro" if k % 2 == 0 else "apply"].append(bench_accumulation.call_ms(window(k), args))
     for name, ms in calls.items():
       times[name].append(np.mean(ms))
   bare_ms, micro_ms, apply_ms = (np.array(times[name]) for name in ("bare", "micro", "apply"))
@@ -93,17 +83,7 @@ def bench_window_ops(case, rounds, seed=0, optimizer="lazy_adam"):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--optimizer", choices=("lazy_adam", "clippy_adagrad"), default="lazy_adam")
-  parser.add_argument("--rows", type=int, default=1_000_000)
-  parser.add_argument("--dim", type=int, default=64)
-  parser.add_argument("--batch", type=int, default=16_384)
-  parser.add_argument("--rounds", type=int, default=100)
-  args = parser.parse_args()
-  case = bench.AdamCase(args.rows, args.dim, args.batch)
-  result = bench_window_ops(case, args.rounds, optimizer=args.optimizer)
-  result["load_average"] = os.getloadavg()
-  print(json.dumps(result, indent=1))
+  bench_accumulation.run_from_command_line(__doc__.splitlines()[0], bench_window_ops)
 
 
 if __name__ == "__main__":
