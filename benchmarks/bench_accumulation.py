@@ -26,7 +26,7 @@ import numpy as np
 from benchmarks import bench
 
 
-def _call_ms(fn, args):
+def call_ms(fn, args):
   start = time.perf_counter()
   fn(*args)
   return (time.perf_counter() - start) * 1e3
@@ -67,7 +67,7 @@ def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam", use_ema=Fals
     for name, fn in variants.items():
       micro, apply = [], []
       for k in range(4):  # two windows: micro-step, apply step, micro-step, apply step
-        (micro if k % 2 == 0 else apply).append(_call_ms(fn, steps[k % len(steps)]))
+        (micro if k % 2 == 0 else apply).append(call_ms(fn, steps[k % len(steps)]))
       times[name]["micro"].append(np.mean(micro))
       times[name]["apply"].append(np.mean(apply))
   bare = (np.array(times["bare"]["micro"]) + np.array(times["bare"]["apply"])) / 2
@@ -87,19 +87,27 @@ def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam", use_ema=Fals
   return result
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_from_command_line(description, bench_fn, has_ema_option=False):
+  """Parses the window benchmarks' arguments, runs bench_fn(case, rounds, optimizer=...,
+  and use_ema=... where `has_ema_option`) and prints its result with the load average."""
+  parser = argparse.ArgumentParser(description=description)
   parser.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="lazy_adam")
   parser.add_argument("--rows", type=int, default=1_000_000)
   parser.add_argument("--dim", type=int, default=64)
   parser.add_argument("--batch", type=int, default=16_384)
   parser.add_argument("--rounds", type=int, default=100)
-  parser.add_argument("--use-ema", action="store_true", help="with use_ema=True too")
+  if has_ema_option:
+    parser.add_argument("--use-ema", action="store_true", help="with use_ema=True too")
   args = parser.parse_args()
   case = bench.AdamCase(args.rows, args.dim, args.batch)
-  result = bench_accumulation(case, args.rounds, optimizer=args.optimizer, use_ema=args.use_ema)
+  options = {"use_ema": args.use_ema} if has_ema_option else {}
+  result = bench_fn(case, args.rounds, optimizer=args.optimizer, **options)
   result["load_average"] = os.getloadavg()
   print(json.dumps(result, indent=1))
+
+
+def main():
+  run_from_command_line(__doc__.splitlines()[0], bench_accumulation, has_ema_option=True)
 
 
 if __name__ == "__main__":

@@ -117,17 +117,19 @@ void SparseApplyLazyAdamWindowAveraged(const CpuPool& pool, WindowGradient<T, Ti
 template <typename T, typename Tindex>
 ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window,
                                            T steps, T* var, T* accum,
-                                           const ClippyStep<ComputeT<T>>& step) {
+                                           const ClippyStep<ComputeT<T>>& step, T* average) {
   switch (ActiveCpuIsa()) {
     case CpuIsa::kAvx512:
       return avx512::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum,
-                                                               step);
+                                                               step, average);
     case CpuIsa::kAvx2:
-      return avx2::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum, step);
+      return avx2::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum, step,
+                                                             average);
     case CpuIsa::kAvx:
       break;
   }
-  return avx::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum, step);
+  return avx::SparseApplyClippyAdagradWindow<T, Tindex>(pool, window, steps, var, accum, step,
+                                                        average);
 }
 
 TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)

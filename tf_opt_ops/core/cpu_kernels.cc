@@ -7,7 +7,6 @@
 #include "tf_opt_ops/core/cpu_kernels.h"
 
 #include <algorithm>
-#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -295,24 +294,22 @@ absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, T
 template <typename T, typename Tindex>
 ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window,
                                            T steps, T* var, T* accum,
-                                           const ClippyStep<ComputeT<T>>& step) {
+                                           const ClippyStep<ComputeT<T>>& step, T* average) {
   const int64_t dim = window.row_size();
-  const int64_t num_rows = window.num_rows();
   const int64_t* rows = window.rows();
   // The window's average, as op ResourceSparseTakeWindowGradient writes it:
   // the first pass takes each row just before its ratio, and the second reads
   // it again (the scale needs every row's ratio first, so no buffer of the
   // thread would do).
-  std::unique_ptr<T[]> average(new T[num_rows * dim]);
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };
   const auto grad_offset = [dim](int64_t u) { return u * dim; };
   const ComputeT<T> scale =
-      ClippyTwoPasses(pool, var, accum, static_cast<const T*>(average.get()), num_rows, dim, offset,
-                      length, grad_offset, step, [&](int64_t u, int64_t end) {
+      ClippyTwoPasses(pool, var, accum, static_cast<const T*>(average), window.num_rows(), dim,
+                      offset, length, grad_offset, step, [&](int64_t u, int64_t end) {
                         if (u + kPrefetchSpansMedium < end)
                           window.PrefetchRow(u + kPrefetchSpansMedium);
-                        window.TakeRow(u, steps, average.get() + u * dim);
+                        window.TakeRow(u, steps, average + u * dim);
                       });
   window.Applied();
   return scale;

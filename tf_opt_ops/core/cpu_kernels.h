@@ -83,9 +83,10 @@ struct LazyAverage {
 //
 // SparseApplyClippyAdagradWindow: the same for sparse Clippy Adagrad (op
 // ResourceSparseApplyClippyAdagradWindow), the accumulator of the table's
-// type: the first pass takes each distinct row's average into a buffer of the
-// window's rows, then computes its ratio; the second applies the scale with
-// those averages as the gradient rows, as SparseApplyClippyAdagrad; then the
+// type: the first pass takes each distinct row's average into `average` (the
+// caller's buffer of [num_rows(), row_size], which the OpKernel keeps across
+// calls), then computes its ratio; the second applies the scale with those
+// averages as the gradient rows, as SparseApplyClippyAdagrad; then the
 // window's count zeroed. Returns the scale.
 #define TF_OPT_OPS_CPU_KERNELS_DECLARATIONS                                                        \
   template <typename T, typename S, typename Tindex>                                               \
@@ -115,9 +116,9 @@ struct LazyAverage {
       const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps, T* var, T* m, T* v,         \
       const AdamStep<ComputeT<T>>& step, const LazyAverage<T>& average);                           \
   template <typename T, typename Tindex>                                                           \
-  ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool,                                  \
-                                             WindowGradient<T, Tindex>& window, T steps, T* var,   \
-                                             T* accum, const ClippyStep<ComputeT<T>>& step);
+  ComputeT<T> SparseApplyClippyAdagradWindow(                                                      \
+      const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps, T* var, T* accum,           \
+      const ClippyStep<ComputeT<T>>& step, T* average);
 
 // Every (variable, slot or accumulator) type pair the entry points are
 // instantiated for: each variable type of the ops (half, bfloat16, float,
@@ -167,7 +168,7 @@ struct LazyAverage {
       const CpuPool&, WindowGradient<T, Tindex>&, T, T*, T*, T*, const AdamStep<ComputeT<T>>&,     \
       const LazyAverage<T>&);                                                                      \
   template ComputeT<T> SparseApplyClippyAdagradWindow<T, Tindex>(                                  \
-      const CpuPool&, WindowGradient<T, Tindex>&, T, T*, T*, const ClippyStep<ComputeT<T>>&);
+      const CpuPool&, WindowGradient<T, Tindex>&, T, T*, T*, const ClippyStep<ComputeT<T>>&, T*);
 #define TF_OPT_OPS_CPU_TABLE_INSTANTIATE(T)          \
   TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int32_t) \
   TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, int64_t)

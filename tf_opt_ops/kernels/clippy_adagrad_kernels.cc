@@ -7,8 +7,10 @@
 
 #include "tf_opt_ops/kernels/clippy_adagrad_kernels.h"
 
+#include <mutex>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
@@ -234,9 +236,12 @@ class SparseApplyClippyAdagradWindowOp : public tensorflow::OpKernel {
       inputs.window().Applied();
       return;
     }
+    std::lock_guard<std::mutex> lock(average_mu_);
+    const size_t average_size = inputs.window().num_rows() * inputs.window().row_size();
+    if (average_.size() < average_size) average_ = std::vector<T>(average_size);
     scale->scalar<C>()() = cpu::SparseApplyClippyAdagradWindow<T, Tindex>(
         pool, inputs.window(), inputs.steps(), inputs.tensor(kVar)->template flat<T>().data(),
-        inputs.tensor(kAccum)->template flat<T>().data(), step);
+        inputs.tensor(kAccum)->template flat<T>().data(), step, average_.data());
   }
 
  private:
@@ -244,6 +249,12 @@ class SparseApplyClippyAdagradWindowOp : public tensorflow::OpKernel {
   bool clip_accumulator_update_;
   bool use_standard_accumulator_update_;
   bool decays_;  // the W op: the weight decay is its last input
+  // The window's average rows, kept across calls at the largest window's size:
+  // a buffer this large allocated per call (125 MB at 1,000,000x128) comes as
+  // fresh pages, a fault per 4 KB, every call. A call holds average_mu_ for
+  // the whole update (after the variables' locks: one order, no deadlock).
+  std::mutex average_mu_;
+  std::vector<T> average_;
 };
 
 TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradWindow",
