@@ -40,6 +40,22 @@ TOLERANCE = {
 }
 
 
+def fused_op_cases(test):
+  """Parametrizes a fused op's test against the ops it fuses: each table dtype, both index
+  dtypes, eager and tf.function, without and with weight decay (`decays`)."""
+  import numpy as np
+  import pytest
+
+  from tf_opt_ops import reference
+  marks = (pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"]),
+           pytest.mark.parametrize("mode", ["eager", "function"]),
+           pytest.mark.parametrize("index_dtype", [np.int32, np.int64]),
+           pytest.mark.parametrize("dtype", reference.DTYPES))
+  for mark in marks:
+    test = mark(test)
+  return test
+
+
 def python_env(package=True, **extra):
   """The environment of a fresh Python process: quiet TensorFlow; PYTHONPATH this folder (for
   `common` and the test modules a process runs) and, when `package`, the source package; then

@@ -17,6 +17,7 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
+from common import fused_op_cases
 from common import stored_values
 from window_cases import BAD_INPUTS
 from window_cases import DIM
@@ -66,10 +67,7 @@ def _assert_same_scale(fused, two_ops):
   assert ours.tobytes() == theirs.tobytes(), (ours, theirs)
 
 
-@pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("dtype", reference.DTYPES)
+@fused_op_cases
 def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   rng = np.random.default_rng(7)
   fused, two_ops = _state(rng, ROWS, DIM, dtype, index_dtype)

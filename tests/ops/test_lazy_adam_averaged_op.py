@@ -19,6 +19,7 @@ from tf_opt_ops import reference
 
 from averaged_cases import BAD_AVERAGE_VARIABLES
 from averaged_cases import break_average_variable
+from common import fused_op_cases
 from common import stored_tensor
 from common import stored_values
 
@@ -67,10 +68,7 @@ def _assert_same_bits(fused, two_ops, dtype, message=""):
                                   err_msg=f"{name} {message}")
 
 
-@pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("dtype", reference.DTYPES)
+@fused_op_cases
 def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   rng = np.random.default_rng(7)
   fused, two_ops = _state(rng, ROWS, DIM, dtype, np.zeros(ROWS, np.int32))

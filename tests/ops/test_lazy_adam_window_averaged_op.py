@@ -23,6 +23,7 @@ from tf_opt_ops import reference
 
 from averaged_cases import BAD_AVERAGE_VARIABLES
 from averaged_cases import break_average_variable
+from common import fused_op_cases
 from common import stored_values
 from window_cases import BAD_INPUTS
 from window_cases import DIM
@@ -76,10 +77,7 @@ def _two_ops(state, grad, indices, steps, count, step, weight_decay):
                        moving_average=(average, synced, count, EMA_MOMENTUM), **_hypers(step))
 
 
-@pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("dtype", reference.DTYPES)
+@fused_op_cases
 def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   rng = np.random.default_rng(7)
   fused, two_ops = _state(rng, ROWS, DIM, dtype, index_dtype,

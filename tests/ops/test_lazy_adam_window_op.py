@@ -17,6 +17,7 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
+from common import fused_op_cases
 from common import stored_values
 from window_cases import BAD_INPUTS
 from window_cases import DIM
@@ -63,10 +64,7 @@ def _two_ops(state, grad, indices, steps, step, weight_decay):
   ops.sparse_lazy_adam(var, m, v, average, rows, weight_decay=weight_decay, **_hypers(step))
 
 
-@pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("dtype", reference.DTYPES)
+@fused_op_cases
 def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   rng = np.random.default_rng(7)
   fused, two_ops = _state(rng, ROWS, DIM, dtype, index_dtype)
