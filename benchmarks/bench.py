@@ -34,14 +34,18 @@ import time
 import numpy as np
 
 ROUND_SECONDS = 0.02
+# Untimed calls of each variant first: tracing, and the library's one-time copy of a large table
+# into huge pages on its 4th sparse update (MADV_COLLAPSE, seconds at 1,000,000x128), which with
+# gradient accumulation (an update every 2nd call) comes on the 8th call.
+WARMUP_CALLS = 12
 
 
 # ---------------------------------------------------------------- timing
 def time_interleaved(variants, step_args, rounds):
   """{name: [ms per step per round]} for `variants` ({name: fn(*args)})."""
-  for fn in variants.values():  # trace and warm up
-    for args in step_args:
-      fn(*args)
+  for fn in variants.values():
+    for k in range(max(WARMUP_CALLS, len(step_args))):
+      fn(*step_args[k % len(step_args)])
   reps = {}
   for name, fn in variants.items():
     start, n = time.perf_counter(), 0

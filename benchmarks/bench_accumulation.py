@@ -59,9 +59,10 @@ def bench_accumulation(case, rounds, seed=0, optimizer="lazy_adam", use_ema=Fals
       "two ops": bench._apply_gradients_step(TwoOps(**feature), keras.Variable(init), case),
   }
   del init
-  for fn in variants.values():  # trace, warm up, and end on a window's last micro-step
-    for args in steps:
-      fn(*args)
+  # Trace, warm up (bench.WARMUP_CALLS, an even count) and end on a window's apply step.
+  for fn in variants.values():
+    for k in range(bench.WARMUP_CALLS):
+      fn(*steps[k % len(steps)])
   times = {name: {"micro": [], "apply": []} for name in variants}
   for _ in range(rounds):
     for name, fn in variants.items():

@@ -57,9 +57,10 @@ def bench_window_ops(case, rounds, seed=0, optimizer="lazy_adam"):
   def window(k):
     return micro if k % 2 == 0 else apply
 
-  for k, args in enumerate(steps):  # trace and warm up; ends on a window's apply step
-    bare(*args)
-    window(k)(*args)
+  # Trace and warm up (bench.WARMUP_CALLS, an even count); ends on a window's apply step.
+  for k in range(bench.WARMUP_CALLS):
+    bare(*steps[k % len(steps)])
+    window(k)(*steps[k % len(steps)])
   times = {"bare": [], "micro": [], "apply": []}
   for _ in range(rounds):
     calls = {"bare": [], "micro": [], "apply": []}
