@@ -406,8 +406,9 @@ def moving_average_update(var, average, synced, count, grad, ema_momentum, updat
   updated row is one more step the row then missed, which the next catch-up
   takes. A sparse `grad` outside XLA runs one fused op (XLA has no kernel for
   it): `fused_update(moving_average)`, where given, on the CPU (the update with the
-  catch-up in its own pass, `ops.sparse_lazy_adam`'s `moving_average`), else the
-  moving-average op before `update()`; the other cases, these TensorFlow ops.
+  catch-up in its own pass, `ops.sparse_lazy_adam`'s or `ops.sparse_clippy_adagrad`'s
+  `moving_average`), else the moving-average op before `update()`; the other cases,
+  these TensorFlow ops.
   """
   rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
   applied = count.read_value()
