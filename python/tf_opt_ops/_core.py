@@ -406,8 +406,9 @@ def moving_average_update(var, average, synced, count, grad, ema_momentum, updat
   updated row is one more step the row then missed, which the next catch-up
   takes. A sparse `grad` outside XLA runs one fused op (XLA has no kernel for
   it): `fused_update(moving_average)`, where given, on the CPU (the update with the
-  catch-up in its own pass, `ops.sparse_lazy_adam`'s `moving_average`), else the
-  moving-average op before `update()`; the other cases, these TensorFlow ops.
+  catch-up in its own pass, `ops.sparse_lazy_adam`'s or `ops.sparse_clippy_adagrad`'s
+  `moving_average`), else the moving-average op before `update()`; the other cases,
+  these TensorFlow ops.
   """
   rows = grad.indices if isinstance(grad, tf.IndexedSlices) else None
   applied = count.read_value()
@@ -758,7 +759,7 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
                    accumulator_relative_threshold, absolute_threshold, clip_accumulator_update,
                    use_standard_accumulator_update, clipping_factor=None, use_locking=False,
                    indices=None, scale=None, on_mesh=False, light=None, weight_decay=None,
-                   window=None):
+                   moving_average=None, window=None):
   """Clippy Adagrad on `var` with accumulator `accum`; returns the scale.
 
   The math is the op's (`ops.clippy_adagrad`). A sparse `grad`
@@ -774,11 +775,17 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   (`decay_weights`), of the rows a sparse `grad` names (all rows of a dense
   one); the scale is that of the decayed values. Fused into the sparse op's
   passes where that op runs with its own scale; decayed first otherwise.
-  `window`: as for `lazy_adam` (the sparse op with its own scale and the default
-  accumulator, where `window_fuses` says so).
+  `moving_average`: as for `lazy_adam` (the sparse op with the default accumulator, outside
+  XLA, which keeps the average in its update pass). `window`: as for `lazy_adam` (the sparse
+  op with its own scale and the default accumulator, where `window_fuses` says so).
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
   grad, indices, dtype = _split_gradient(var, grad, indices)
+  if moving_average is not None and (light is not None or on_mesh or indices is None or
+                                     window is not None):
+    raise ValueError("clippy_adagrad: moving_average= runs only in the sparse op with the "
+                     "default accumulator, without window=; bring the average up to date "
+                     "first (moving_average_update).")
   if window is not None:
     if (light is not None or on_mesh or indices is None or scale is not None or
         not window_fuses(var, window[0])):
@@ -815,8 +822,8 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
     grad, hypers, flags = _with_given_scale(grad, scale, hypers, flags)
   if indices is not None:
     op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
-                                         weight_decay=weight_decay, window=window, **hypers,
-                                         **flags, **(light or {}))
+                                         weight_decay=weight_decay, moving_average=moving_average,
+                                         window=window, **hypers, **flags, **(light or {}))
   else:
     op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags,
                                   **(light or {}))
@@ -1006,15 +1013,17 @@ class ClippyAdagradMixin:
     return grads_and_vars
 
   def _clippy_apply(self, grad, var, accum, clipping_factor, lr, step, use_locking=False,
-                    indices=None, key=None, on_mesh=False, weight_decay=None, window=None):
+                    indices=None, key=None, on_mesh=False, weight_decay=None, moving_average=None,
+                    window=None):
     """`step`: the 1-based step, which keys a light accumulator's rounding noise;
-    `weight_decay`: the base class's decay of `var`, `window` a window whose apply step
-    this is (`clippy_adagrad`'s)."""
+    `weight_decay`: the base class's decay of `var`, `moving_average` the EMA state the op
+    keeps, `window` a window whose apply step this is (`clippy_adagrad`'s)."""
     scale = self._step_scales.scales.get(key) if key is not None else None
     return clippy_adagrad(var, accum, grad, lr=lr, clipping_factor=clipping_factor,
                           use_locking=use_locking, indices=indices, scale=scale, on_mesh=on_mesh,
                           light=self._light_accumulator_options(var, step),
-                          weight_decay=weight_decay, window=window, **self._clippy_options())
+                          weight_decay=weight_decay, moving_average=moving_average, window=window,
+                          **self._clippy_options())
 
 
 # The class docstrings every flavor shares; each formula is stated once, in its op's doc.

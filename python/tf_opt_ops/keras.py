@@ -356,14 +356,18 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _Keras3Mixin, keras.optimizers.Opt
     index = self._get_variable_index(variable)
     factor = self.clipping_factors[index] if self.export_clipping_factors else None
 
-    def update():
-      # The op decays the rows it updates (and with `window` takes the window's average),
-      # in the same passes.
+    def update(moving_average=None):
+      # The op decays the rows it updates (and with `moving_average` keeps their average, with
+      # `window` takes the window's average), in the same passes.
       return self._clippy_apply(gradient, _tf_variable(variable), self._accumulators[index], factor,
                                 learning_rate, step=self.iterations + 1,
-                                weight_decay=self._weight_decay_of(variable), window=window)
+                                weight_decay=self._weight_decay_of(variable),
+                                moving_average=moving_average, window=window)
 
-    self._with_moving_average(gradient, variable, update)
+    # ResourceSparseApplyClippyAdagradAveraged keeps the average of the default accumulator's
+    # table only.
+    light = self._light_accumulator.op_options(_tf_variable(variable))
+    self._with_moving_average(gradient, variable, update, update if light is None else None)
 
   def get_config(self):
     config = super().get_config()

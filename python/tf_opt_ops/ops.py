@@ -39,6 +39,8 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagradV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradW",
     "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
+    "TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWAveraged",
     "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
     "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
@@ -168,7 +170,7 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           absolute_threshold=1e-7, clip_accumulator_update=False,
                           use_standard_accumulator_update=False, use_locking=False,
                           accumulator_dtype=None, stochastic_rounding=False, seed=0, step=0,
-                          weight_decay=None, window=None, name=None):
+                          weight_decay=None, moving_average=None, window=None, name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only (op
@@ -182,6 +184,13 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   `TfOptOps>ResourceSparseApplyClippyAdagradW`, or `...WV2` for a light
   accumulator).
 
+  `moving_average` (None: none): `(average, synced, count, ema_momentum)`, the
+  arguments of `sparse_moving_average`, whose catch-up of each row's average then runs
+  in the update's own pass, before the row's update (op
+  `TfOptOps>ResourceSparseApplyClippyAdagradAveraged`, `...WAveraged` with
+  `weight_decay`): the numbers of `sparse_moving_average` followed by this update. CPU
+  only, `accum` of `var`'s dtype (no V2 options).
+
   `window` (None: none): `(accumulator, row_ids, row_count, steps)`, a gradient
   accumulation window (`sparse_accumulate_rows`' state) whose apply step this is, `grad`
   at `indices` its last micro-step: the rows of the window are updated with the window's
@@ -194,9 +203,22 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   extra_inputs = {}
   if weight_decay is not None:
     extra_inputs.update(weight_decay=_scalar(weight_decay, scalar_dtype(grad.dtype)))
+  light = stochastic_rounding or tf.as_dtype(accumulator_dtype or
+                                             _value_dtype(accum, grad)) != grad.dtype
+  if moving_average is not None:
+    if light:
+      raise ValueError("sparse_clippy_adagrad: moving_average= needs an accumulator of var's "
+                       "dtype (op ResourceSparseApplyClippyAdagradAveraged); with a light one, "
+                       "run sparse_moving_average first, then this update.")
+    if window is not None:
+      raise ValueError("sparse_clippy_adagrad: no op takes both window= and moving_average=; "
+                       "run sparse_take_window_gradient first, then this update.")
+    average, synced, count, ema_momentum = moving_average
+    extra_inputs.update(average=_handle(average), synced=_handle(synced),
+                        count=tf.cast(count, tf.int32),
+                        ema_momentum=_table_momentum(ema_momentum, grad.dtype))
   if window is not None:
-    if stochastic_rounding or tf.as_dtype(accumulator_dtype or
-                                          _value_dtype(accum, grad)) != grad.dtype:
+    if light:
       raise ValueError("sparse_clippy_adagrad: window= needs an accumulator of var's dtype (op "
                        "ResourceSparseApplyClippyAdagradWindow); with a light one, run "
                        "sparse_take_window_gradient first, then this update.")
@@ -216,11 +238,12 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
 
 def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_and_attrs):
   """Runs Clippy op `op_name` (or its V2, for a light accumulator; the W op of either with a
-  `weight_decay` input; its window op with a window's `steps`) with the hyperparameters as
-  scalars of the kernels' dtype."""
+  `weight_decay` input; its window op with a window's `steps`, its averaged op with a moving
+  average's `synced`) with the hyperparameters as scalars of the kernels' dtype."""
   grad = tf.convert_to_tensor(grad)
   decays = "weight_decay" in inputs_and_attrs
-  window = "_window" if "steps" in inputs_and_attrs else ""
+  fused = ("_window" if "steps" in inputs_and_attrs else
+           "_averaged" if "synced" in inputs_and_attrs else "")
   accumulator_dtype = tf.as_dtype(light["accumulator_dtype"] or _value_dtype(accum, grad))
   library = load_library()
   inputs = dict(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
@@ -229,7 +252,7 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
   # the mismatch).
   if not light["stochastic_rounding"] and (accumulator_dtype == grad.dtype or accumulator_dtype
                                            not in _LIGHT_TYPES or grad.dtype not in _LIGHT_TYPES):
-    return getattr(library, f"tf_opt_ops_{op_name}{'_w' if decays else ''}{window}")(**inputs)
+    return getattr(library, f"tf_opt_ops_{op_name}{'_w' if decays else ''}{fused}")(**inputs)
   return getattr(library,
                  f"tf_opt_ops_{op_name}{'_wv2' if decays else '_v2'}")(**inputs, step=tf.cast(
                      light["step"], tf.int64), Taccum=accumulator_dtype, stochastic_rounding=bool(

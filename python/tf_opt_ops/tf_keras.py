@@ -376,14 +376,18 @@ class ClippyAdagrad(_core.ClippyAdagradMixin, _TfKerasMixin, keras2.optimizers.O
     key = self._var_key(variable)
     factor = self._factor_of[key] if self.export_clipping_factors else None
 
-    def update():
-      # The op decays the rows it updates, in the same passes.
+    def update(moving_average=None):
+      # The op decays the rows it updates (and with `moving_average` keeps their average), in
+      # the same passes.
       return self._clippy_apply(gradient, variable, self._accumulators[self._index(variable)],
                                 factor, self.learning_rate, key=key, on_mesh=self._on_mesh,
                                 step=self.iterations + 1,
-                                weight_decay=self._weight_decay_of(variable))
+                                weight_decay=self._weight_decay_of(variable),
+                                moving_average=moving_average)
 
-    return self._with_moving_average(gradient, variable, update)
+    light = self._light_accumulator.op_options(variable)
+    fused = update if light is None and not self._on_mesh else None
+    return self._with_moving_average(gradient, variable, update, fused)
 
   def get_config(self):
     config = super().get_config()

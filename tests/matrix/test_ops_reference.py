@@ -133,7 +133,9 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged",
       "TfOptOps>ResourceSparseApplyLazyAdamWWindowAveraged",
       "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
-      "TfOptOps>ResourceSparseApplyClippyAdagradWWindow"
+      "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
+      "TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
+      "TfOptOps>ResourceSparseApplyClippyAdagradWAveraged"
   }
 
   @tf.function

@@ -8,8 +8,6 @@ step counts; and a bad index must fail it with nothing written. Why: see docs/op
 "Keras features at sparse cost".
 """
 
-import re
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,18 +15,19 @@ import tensorflow as tf
 from tf_opt_ops import ops
 from tf_opt_ops import reference
 
-from averaged_cases import BAD_AVERAGE_VARIABLES
-from averaged_cases import break_average_variable
+from averaged_cases import BAD_INPUTS
+from averaged_cases import DIM
+from averaged_cases import EMA_MOMENTUM
+from averaged_cases import ROWS
+from averaged_cases import WEIGHT_DECAY
+from averaged_cases import assert_bad_input_rejected
+from averaged_cases import assert_same_bits
+from averaged_cases import many_counts_step
+from averaged_cases import run_steps
 from common import fused_op_cases
 from common import stored_tensor
-from common import stored_values
 
-ROWS, DIM = 13, 37
-# Steps of a table: row 3 repeats within a step, rows 6 and 8 are never named, row 11 misses
-# several steps between its updates.
-STEP_INDICES = [[3, 0, 3, 7, 3], [11, 5, 0], [7, 7], [2, 9, 4, 9, 1, 12], [3], [11, 3, 11]]
-EMA_MOMENTUM = 0.8
-WEIGHT_DECAY = 0.05
+NAMES = ("var", "m", "v", "average", "synced")
 
 
 def _state(rng, rows, dim, dtype, synced0):
@@ -61,71 +60,30 @@ def _two_ops(state, grad, indices, count, step, weight_decay):
   ops.sparse_lazy_adam(var, m, v, grad, indices, weight_decay=weight_decay, **_hypers(step))
 
 
-def _assert_same_bits(fused, two_ops, dtype, message=""):
-  for name, ours, theirs in zip(("var", "m", "v", "average", "synced"), fused, two_ops):
-    kind = "int32" if name == "synced" else dtype
-    np.testing.assert_array_equal(stored_values(ours, kind), stored_values(theirs, kind),
-                                  err_msg=f"{name} {message}")
-
-
 @fused_op_cases
 def test_fused_op_is_the_two_ops_bit_for_bit(dtype, index_dtype, mode, decays):
   rng = np.random.default_rng(7)
   fused, two_ops = _state(rng, ROWS, DIM, dtype, np.zeros(ROWS, np.int32))
-  weight_decay = WEIGHT_DECAY if decays else None
   run_fused, run_two_ops = (f if mode == "eager" else tf.function(f) for f in (_fused, _two_ops))
-  untouched = [x.numpy().copy() for x in fused]
-  for count, step_indices in enumerate(STEP_INDICES):
-    indices = tf.constant(np.array(step_indices, index_dtype))
-    grad = tf.constant(
-        stored_tensor(reference.random_values(rng, (len(step_indices), DIM), dtype), dtype))
-    run_fused(fused, grad, indices, tf.constant(count), count + 1, weight_decay)
-    run_two_ops(two_ops, grad, indices, tf.constant(count), count + 1, weight_decay)
-    _assert_same_bits(fused, two_ops, dtype, f"step {count}")
-  for before, after in zip(untouched, fused):
-    np.testing.assert_array_equal(after.numpy()[[6, 8]], before[[6, 8]])
+  run_steps(rng, NAMES, fused, two_ops, run_fused, run_two_ops, dtype, index_dtype,
+            WEIGHT_DECAY if decays else None)
 
 
 @pytest.mark.parametrize("dtype", reference.DTYPES)
 def test_rows_that_missed_many_different_counts_are_the_two_ops_bit_for_bit(dtype):
-  """A table large enough to run on the thread pool, its rows having missed thousands of
-  different step counts (many sharing a slot of the per-thread decay cache), indices with
-  duplicates."""
   rng = np.random.default_rng(5)
-  rows, dim, count = 4096, 64, 70_000
-  synced0 = (count - rng.integers(0, 66_000, rows)).astype(np.int32)
+  rows, dim, count, synced0, indices, grad = many_counts_step(rng, dtype)
   fused, two_ops = _state(rng, rows, dim, dtype, synced0)
-  indices = np.concatenate([rng.permutation(rows)[:3000], rng.integers(0, rows, 500)])
-  indices = tf.constant(indices.astype(np.int64))
-  grad = tf.constant(stored_tensor(reference.random_values(rng, (3500, dim), dtype), dtype))
   _fused(fused, grad, indices, count, 3, None)
   _two_ops(two_ops, grad, indices, count, 3, None)
-  assert len(np.unique(synced0[indices.numpy()])) > 2000
-  _assert_same_bits(fused, two_ops, dtype)
+  assert_same_bits(NAMES, fused, two_ops, dtype)
   np.testing.assert_array_equal(fused[4].numpy()[indices.numpy()], count)
 
 
-def test_bad_index_names_it_and_writes_nothing():
-  rng = np.random.default_rng(3)
-  state, _ = _state(rng, ROWS, DIM, "float32", np.arange(ROWS, dtype=np.int32))
-  before = [x.numpy().copy() for x in state]
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=rf"indices\[1\] = {ROWS + 3} is not in \[0, {ROWS}\)"):
-    _fused(state, tf.ones((3, DIM)), tf.constant([1, ROWS + 3, 4]), 20, 1, None)
-  for name, x, b in zip(("var", "m", "v", "average", "synced"), state, before):
-    np.testing.assert_array_equal(x.numpy(), b, err_msg=name)
-
-
-@pytest.mark.parametrize("what", BAD_AVERAGE_VARIABLES)
-def test_a_bad_variable_is_named_in_the_op_inputs_words_and_nothing_is_written(what):
-  rng = np.random.default_rng(3)
-  state, _ = _state(rng, ROWS, DIM, "float32", np.arange(ROWS, dtype=np.int32))
-  message = break_average_variable(what, state)
-  before = [x.numpy().copy() for x in state]
-  with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(message)):
-    _fused(state, tf.ones((2, DIM)), tf.constant([1, 2]), 20, 1, None)
-  for x, b in zip(state, before):
-    np.testing.assert_array_equal(x.numpy(), b)
+@pytest.mark.parametrize("what", BAD_INPUTS)
+def test_a_bad_input_is_named_and_nothing_is_written(what):
+  state, _ = _state(np.random.default_rng(3), ROWS, DIM, "float32", np.arange(ROWS, dtype=np.int32))
+  assert_bad_input_rejected(what, NAMES, state, _fused)
 
 
 def test_light_slots_refuse_the_moving_average():

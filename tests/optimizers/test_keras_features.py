@@ -427,26 +427,25 @@ EMA_FLAVORS = ("keras", "tf_keras")  # OptimizerV2 has no EMA
 EMA_MOMENTUM = 0.8
 EMA_STEPS = 5
 # The fused ops of the sparse rows' EMA outside XLA (inside, TensorFlow's ops): on the CPU
-# LazyAdam keeps the average in its update's own pass; ClippyAdagrad runs the moving-average op
-# before its update.
+# each optimizer's update keeps the average in its own pass, (plain, with weight decay).
 EMA_OP = "TfOptOps>ResourceSparseApplyLazyMovingAverage"
-EMA_SPARSE_OPS = {
-    "LazyAdam": "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
-    "ClippyAdagrad": SPARSE_OPS["ClippyAdagrad"],
+AVERAGED_OPS = {
+    "LazyAdam": ("TfOptOps>ResourceSparseApplyLazyAdamAveraged",
+                 "TfOptOps>ResourceSparseApplyLazyAdamWAveraged"),
+    "ClippyAdagrad": ("TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
+                      "TfOptOps>ResourceSparseApplyClippyAdagradWAveraged"),
 }
-# With gradient accumulation: LazyAdam's window op keeps the average.
+EMA_SPARSE_OPS = {name: ops[0] for name, ops in AVERAGED_OPS.items()}
+# With gradient accumulation: LazyAdam's window op keeps the average; ClippyAdagrad takes the
+# window's average first, then its averaged op runs.
 EMA_WINDOW_SPARSE_OPS = dict(EMA_SPARSE_OPS, LazyAdam=WINDOW_AVERAGED_OPS["LazyAdam"][0])
 
 
 def _assert_ema_graph(step, opt_name, batch, sparse_ops=None):
-  """`step`'s graph stays sparse, its EMA in the fused ops: LazyAdam's op keeps the average
-  (no moving-average op, no separate update), ClippyAdagrad's runs after the moving-average
-  op."""
+  """`step`'s graph stays sparse, its EMA in the fused ops: the optimizer's op keeps the
+  average (no moving-average op, no separate update)."""
   types = _assert_graph_stays_sparse(step, opt_name, batch, sparse_ops or EMA_SPARSE_OPS)
-  if opt_name == "LazyAdam":
-    assert EMA_OP not in types and SPARSE_OPS[opt_name] not in types, sorted(types)
-  else:
-    assert EMA_OP in types, sorted(types)
+  assert EMA_OP not in types and SPARSE_OPS[opt_name] not in types, sorted(types)
   return types
 
 
@@ -541,16 +540,20 @@ def test_ema_resumes_from_a_checkpoint_bit_identical(tmp_path, flavor, opt_name)
 
 @pytest.mark.parametrize("weight_decay", [None, 0.01], ids=["plain", "weight-decay"])
 @pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
 @pytest.mark.parametrize("flavor", EMA_FLAVORS)
-def test_lazy_adam_ema_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, flavor, mode,
-                                                            weight_decay):
-  """LazyAdam on the CPU keeps the average in its update's pass (ResourceSparseApplyLazyAdam
-  [W]Averaged): every variable, the averages and their sync steps included, equals the run of
-  the moving-average op followed by the update (the path of a GPU variable) bit for bit."""
+def test_ema_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, flavor, opt_name, mode,
+                                                  weight_decay):
+  """On the CPU each optimizer keeps the average in its update's pass (ResourceSparseApply
+  LazyAdam[W]Averaged, ClippyAdagrad[W]Averaged, the clipping factors exported): every
+  variable, the averages and their sync steps included, equals the run of the moving-average op
+  followed by the update (the path of a GPU variable) bit for bit."""
   from tf_opt_ops import _core
 
   options = dict(OPTIONS, use_ema=True, ema_momentum=EMA_MOMENTUM, weight_decay=weight_decay)
-  make = common.flavor_module(flavor).LazyAdam
+  if opt_name == "ClippyAdagrad":
+    options["export_clipping_factors"] = True
+  make = getattr(common.flavor_module(flavor), opt_name)
   batches = _batches(steps=EMA_STEPS)
   runs = {}
   for path in ("one op", "two ops"):
@@ -563,11 +566,9 @@ def test_lazy_adam_ema_in_one_op_is_the_two_ops_bit_for_bit(monkeypatch, flavor,
       for values, indices, bias_grad in batches:
         step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
       if mode == "function":
-        sparse_ops = dict(EMA_SPARSE_OPS)
-        if weight_decay:
-          sparse_ops["LazyAdam"] = "TfOptOps>ResourceSparseApplyLazyAdamWAveraged"
+        sparse_ops = {opt_name: AVERAGED_OPS[opt_name][1 if weight_decay else 0]}
         if path == "one op":
-          _assert_ema_graph(step, "LazyAdam", batches[0], sparse_ops)
+          _assert_ema_graph(step, opt_name, batches[0], sparse_ops)
         else:
           assert EMA_OP in _graph_op_types(step, *map(tf.constant, batches[0]))
     runs[path] = _all_values(run_)

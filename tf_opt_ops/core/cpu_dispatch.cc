@@ -83,6 +83,25 @@ absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T
 }
 
 template <typename T, typename Tindex>
+absl::Status SparseApplyClippyAdagradAveraged(const CpuPool& pool,
+                                              const SparseGrad<T, Tindex>& grad, T* var, T* accum,
+                                              const ClippyStep<ComputeT<T>>& step,
+                                              const LazyAverage<T>& average, ComputeT<T>* scale) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return avx512::SparseApplyClippyAdagradAveraged<T, Tindex>(pool, grad, var, accum, step,
+                                                                 average, scale);
+    case CpuIsa::kAvx2:
+      return avx2::SparseApplyClippyAdagradAveraged<T, Tindex>(pool, grad, var, accum, step,
+                                                               average, scale);
+    case CpuIsa::kAvx:
+      break;
+  }
+  return avx::SparseApplyClippyAdagradAveraged<T, Tindex>(pool, grad, var, accum, step, average,
+                                                          scale);
+}
+
+template <typename T, typename Tindex>
 void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,
                                T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step) {
   switch (ActiveCpuIsa()) {

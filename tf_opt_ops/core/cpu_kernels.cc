@@ -42,23 +42,39 @@ struct NothingBeforeRatio {
   void operator()(int64_t, int64_t) const {}
 };
 
+// No moving average kept by ClippyTwoPasses' update pass (its `average`).
+struct NoAverage {};
+
+// The moving average that ClippyTwoPasses' update pass keeps (the averaged
+// ops): span k is table row rows[k], whose average is brought up to date from
+// the row's value before its update, where the pass reads that row anyway.
+template <typename T>
+struct SpanAverage {
+  const LazyAverage<T>& lazy;
+  const int64_t* rows;
+};
+
 // Clippy's two passes over `count` spans in parallel: span k covers
 // `length(k)` elements of var/accum from `offset(k)` (the flat index of the
 // first, which keys the accumulator's rounding noise) and of the gradient
 // from `grad_offset(k)`. The first pass calls `before_ratio(k, end)` (`end`:
 // the end of k's work item) before span k's ratio, which may write the
-// span's gradient first. Returns the scale.
+// span's gradient first; the second catches up span k's moving average
+// (a SpanAverage `average`) before its update. Returns the scale.
 template <typename T, typename A, typename G, typename Offset, typename Length, typename GradOffset,
-          typename BeforeRatio = NothingBeforeRatio>
+          typename BeforeRatio = NothingBeforeRatio, typename Average = NoAverage>
 ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad, int64_t count,
                             int64_t span, Offset offset, Length length, GradOffset grad_offset,
                             const ClippyStep<ComputeT<T>>& step,
-                            BeforeRatio before_ratio = BeforeRatio{}) {
+                            BeforeRatio before_ratio = BeforeRatio{}, Average average = Average{}) {
   using C = ComputeT<T>;
+  constexpr bool kAveraged = !std::is_same_v<Average, NoAverage>;
   std::mutex mu;
   C min_ratio = C(1);
   C scale = C(1);
   const double bytes = span * (2.0 * sizeof(T) + sizeof(A));
+  // With the average, the update pass also reads and writes it and synced.
+  const double average_bytes = kAveraged ? span * sizeof(T) + sizeof(int32_t) : 0.0;
   WithRounding<A>(step.stochastic_rounding, [&](auto stochastic) {
     constexpr bool kStochastic = decltype(stochastic)::value;
     ForEachItem(
@@ -74,15 +90,30 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad
           min_ratio = NanMin<C>(min_ratio, local);
         });
     scale = ClippyScale<C>(min_ratio);
-    ForEachItem(
-        pool, count, Eigen::TensorOpCost(bytes, span * (1.0 * sizeof(T) + sizeof(A)), 15.0 * span),
-        [&](int64_t begin, int64_t end) {
-          ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
-                      [&](int64_t k, int64_t o) {
-                        ClippyApplyRow<kStochastic>(var + o, accum + o, grad + grad_offset(k),
-                                                    length(k), o, scale, step);
-                      });
-        });
+    ForEachItem(pool, count,
+                Eigen::TensorOpCost(bytes + average_bytes,
+                                    span * (1.0 * sizeof(T) + sizeof(A)) + average_bytes,
+                                    (kAveraged ? 25.0 : 15.0) * span),
+                [&](int64_t begin, int64_t end) {
+                  const auto apply = [&](int64_t k, int64_t o) {
+                    ClippyApplyRow<kStochastic>(var + o, accum + o, grad + grad_offset(k),
+                                                length(k), o, scale, step);
+                  };
+                  if constexpr (kAveraged) {
+                    const LazyAverage<T>& lazy = average.lazy;
+                    MovingAverageDecayCache<T, C> decay_of(lazy.step);
+                    ForEachSpan(begin, end,
+                                {TableOf(var), TableOf(accum), TableOf(lazy.average),
+                                 TableOf(lazy.synced, span)},
+                                offset, length, [&](int64_t k, int64_t o) {
+                                  CatchUpAverageRow<T>(decay_of, lazy.average + o, var + o,
+                                                       length(k), lazy.synced + average.rows[k]);
+                                  apply(k, o);
+                                });
+                  } else {
+                    ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, apply);
+                  }
+                });
   });
   return scale;
 }
@@ -113,6 +144,26 @@ struct TouchedRows {
   SummedGradRows<T> grad_rows;
   int64_t dim = 0;
 };
+
+// Sparse Clippy's two passes over the distinct rows of `grad`, the update
+// pass keeping `average_of(rows)` (NoAverage, or the SpanAverage of the
+// distinct rows `rows`); writes the scale to `*scale`.
+template <typename T, typename A, typename Tindex, typename AverageOf>
+absl::Status SparseClippyTwoPasses(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var,
+                                   A* accum, const ClippyStep<ComputeT<T>>& step,
+                                   ComputeT<T>* scale, AverageOf average_of) {
+  TouchedRows<T> touched;
+  absl::Status status = touched.Init(pool, grad);
+  if (!status.ok()) return status;
+  const int64_t dim = touched.dim;
+  const auto grad_offset = [dim](int64_t u) { return u * dim; };
+  touched.grad_rows.Visit([&](const auto* g) {
+    *scale = ClippyTwoPasses(pool, var, accum, g, touched.groups.num_unique(), dim,
+                             touched.offset(), touched.length(), grad_offset, step,
+                             NothingBeforeRatio{}, average_of(touched.groups.rows()));
+  });
+  return absl::OkStatus();
+}
 
 // One row of lazy Adam with its moving average (the averaged ops): table row
 // `row` at offset `o`, its average first brought up to date from its value
@@ -279,16 +330,18 @@ template <typename T, typename A, typename Tindex>
 absl::Status SparseApplyClippyAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,
                                       T* var, A* accum, const ClippyStep<ComputeT<T>>& step,
                                       ComputeT<T>* scale) {
-  TouchedRows<T> touched;
-  absl::Status status = touched.Init(pool, grad);
-  if (!status.ok()) return status;
-  const int64_t dim = touched.dim;
-  const auto grad_offset = [dim](int64_t u) { return u * dim; };
-  touched.grad_rows.Visit([&](const auto* g) {
-    *scale = ClippyTwoPasses(pool, var, accum, g, touched.groups.num_unique(), dim,
-                             touched.offset(), touched.length(), grad_offset, step);
+  return SparseClippyTwoPasses(pool, grad, var, accum, step, scale,
+                               [](const int64_t*) { return NoAverage{}; });
+}
+
+template <typename T, typename Tindex>
+absl::Status SparseApplyClippyAdagradAveraged(const CpuPool& pool,
+                                              const SparseGrad<T, Tindex>& grad, T* var, T* accum,
+                                              const ClippyStep<ComputeT<T>>& step,
+                                              const LazyAverage<T>& lazy, ComputeT<T>* scale) {
+  return SparseClippyTwoPasses(pool, grad, var, accum, step, scale, [&lazy](const int64_t* rows) {
+    return SpanAverage<T>{lazy, rows};
   });
-  return absl::OkStatus();
 }
 
 template <typename T, typename Tindex>

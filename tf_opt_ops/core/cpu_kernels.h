@@ -68,6 +68,11 @@ struct LazyAverage {
 // first brought up to date from the row's value before its update, as
 // SparseApplyLazyMovingAverage (cpu_moving_average.h) does, in the same pass.
 //
+// SparseApplyClippyAdagradAveraged: SparseApplyClippyAdagrad with the
+// accumulator of the table's type (op ResourceSparseApplyClippyAdagradAveraged),
+// each distinct row's average brought up to date from the row's value before
+// its update, as SparseApplyLazyAdamAveraged does, in the update pass.
+//
 // SparseApplyLazyAdamWindow: the apply step of a gradient accumulation window
 // (op ResourceSparseApplyLazyAdamWindow) on a grouped `window`: each distinct
 // row's average taken (WindowGradient::TakeRow, which zeroes its accumulator
@@ -108,6 +113,10 @@ struct LazyAverage {
   absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, \
                                            T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step,  \
                                            const LazyAverage<T>& average);                         \
+  template <typename T, typename Tindex>                                                           \
+  absl::Status SparseApplyClippyAdagradAveraged(                                                   \
+      const CpuPool& pool, const SparseGrad<T, Tindex>& grad, T* var, T* accum,                    \
+      const ClippyStep<ComputeT<T>>& step, const LazyAverage<T>& average, ComputeT<T>* scale);     \
   template <typename T, typename Tindex>                                                           \
   void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,  \
                                  T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step);           \
@@ -152,7 +161,7 @@ struct LazyAverage {
   TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, int64_t)
 
 // The table types of the entry points whose state has the table's type or
-// the compute type (row-wise Adagrad, lazy Adam with its moving average), and
+// the compute type (row-wise Adagrad, lazy Adam and Clippy with their moving average), and
 // the instantiations of those entry points for one, with both index types.
 #define TF_OPT_OPS_CPU_TABLE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
 #define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                          \
@@ -162,6 +171,9 @@ struct LazyAverage {
   template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                                    \
       const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&,      \
       const LazyAverage<T>&);                                                                      \
+  template absl::Status SparseApplyClippyAdagradAveraged<T, Tindex>(                               \
+      const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, const ClippyStep<ComputeT<T>>&,        \
+      const LazyAverage<T>&, ComputeT<T>*);                                                        \
   template void SparseApplyLazyAdamWindow<T, Tindex>(const CpuPool&, WindowGradient<T, Tindex>&,   \
                                                      T, T*, T*, T*, const AdamStep<ComputeT<T>>&); \
   template void SparseApplyLazyAdamWindowAveraged<T, Tindex>(                                      \

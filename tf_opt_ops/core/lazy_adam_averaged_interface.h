@@ -29,11 +29,6 @@ constexpr int kVariableInputs[kNumVariables] = {lazy_adam::kVar, lazy_adam::kM, 
 constexpr const char* kVariableNames[kNumVariables] = {"var", "m", "v", "average", "synced"};
 constexpr int kSyncedSlot = 4;  // synced's place in kVariableInputs
 
-// The moving average's scalar inputs kCount and kEmaMomentum, read on the host.
-constexpr int kFirstAverageScalar = kCount;
-constexpr int kNumAverageScalars = kEmaMomentum - kCount + 1;
-constexpr const char* kAverageScalarNames[kNumAverageScalars] = {"count", "ema_momentum"};
-
 // Whether an op with `num_inputs` inputs is the W op.
 constexpr bool HasWeightDecay(int num_inputs) { return num_inputs > kWeightDecay; }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensorflow/core/framework/register_types.h"  // TF_CALL_FLOAT_TYPES
+#include "tf_opt_ops/core/clippy_adagrad_averaged_interface.h"
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/clippy_adagrad_window_interface.h"
 #include "tf_opt_ops/core/cpu_kernels.h"
@@ -198,6 +199,69 @@ absl::Status ClippyAdagradOp<Device, T, A, Tindex, kSparse, kLight>::SetScaleToO
   scale->scalar<C>()() = C(1);  // host memory
   return absl::OkStatus();
 }
+
+// Ops ResourceSparseApplyClippyAdagradAveraged and its W op: the sparse Clippy
+// Adagrad of ClippyAdagradOp (the accumulator of the table's type) with the
+// moving average's catch-up in its update pass
+// (cpu::SparseApplyClippyAdagradAveraged). CPU only: on GPUs and in XLA the
+// optimizers run the moving-average op, then Clippy.
+template <typename T, typename Tindex>
+class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
+ public:
+  using C = ComputeT<T>;
+
+  explicit SparseApplyClippyAdagradAveragedOp(tensorflow::OpKernelConstruction* ctx)
+      : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
+    OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
+                                                        &use_standard_accumulator_update_));
+    decays_ = clippy_adagrad_averaged::HasWeightDecay(ctx->num_inputs());
+  }
+
+  void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
+    using namespace clippy_adagrad;           // NOLINT: the input names
+    using namespace clippy_adagrad_averaged;  // NOLINT: the input names
+    LockedVariables<CPUDevice, T> vars;
+    OP_REQUIRES_OK(
+        ctx, AcquireAveragedVariables<kSyncedSlot>(ctx, use_locking_, kVariableInputs,
+                                                   clippy_adagrad_averaged::kVariableNames,
+                                                   clippy_adagrad_averaged::kNumVariables, &vars));
+    ClippyStep<C> step{};
+    OP_REQUIRES_OK(ctx, ReadClippyStep(ctx, clip_accumulator_update_,
+                                       use_standard_accumulator_update_, &step));
+    if (decays_) OP_REQUIRES_OK(ctx, ReadWeightDecay(ctx, kWeightDecay, &step));
+    cpu::LazyAverage<T> lazy{};
+    OP_REQUIRES_OK(ctx, ReadLazyAverage(ctx, kCount, vars.tensor(kAverageSlot),
+                                        vars.tensor(kSyncedSlot), &lazy));
+    Tensor* var = vars.tensor(kVar);
+    Tensor* accum = vars.tensor(kAccum);
+    const Tensor& grad = ctx->input(kGrad);
+    const Tensor& indices = ctx->input(kIndices);
+    OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
+    Tensor* scale = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
+    if (indices.NumElements() == 0) {  // nothing touched: nothing clipped, as the two ops
+      scale->scalar<C>()() = C(1);
+      return;
+    }
+    const EigenCpuPool pool(ctx->eigen_cpu_device());
+    OP_REQUIRES_OK(ctx,
+                   cpu::SparseApplyClippyAdagradAveraged<T, Tindex>(
+                       pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+                       accum->flat<T>().data(), step, lazy, scale->scalar<C>().data()));
+  }
+
+ private:
+  bool use_locking_;
+  bool clip_accumulator_update_;
+  bool use_standard_accumulator_update_;
+  bool decays_;  // the W op: the weight decay is its last input
+};
+
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
+                                        SparseApplyClippyAdagradAveragedOp)
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradWAveraged",
+                                        SparseApplyClippyAdagradAveragedOp)
 
 // Ops ResourceSparseApplyClippyAdagradWindow and its W op: the window's
 // average (cpu::WindowGradient, as op ResourceSparseTakeWindowGradient takes

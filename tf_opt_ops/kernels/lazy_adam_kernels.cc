@@ -131,40 +131,6 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
   AdamStateLayout layout_;
 };
 
-namespace {
-
-// The averaged ops' variables: var, m, v and average of the gradient's dtype,
-// synced int32.
-absl::Status AveragedDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
-                                   tensorflow::DataType want, tensorflow::DataType) {
-  if (static_cast<int>(k) != lazy_adam_averaged::kSyncedSlot) {
-    return VariableDtypeMismatch(name, got, want);
-  }
-  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got),
-                         " but must be int32: create ", name,
-                         " as an int32 variable of one step count per row of var.");
-}
-
-constexpr VariableErrors kAveragedErrors{AveragedDtypeMismatch, CheckSyncedShape};
-
-// The moving average of the averaged ops: the locked `average` and `synced`,
-// the step from their scalar inputs count and ema_momentum.
-template <typename T>
-absl::Status ReadLazyAverage(OpKernelContext* ctx, Tensor* average, Tensor* synced,
-                             cpu::LazyAverage<T>* lazy) {
-  using namespace lazy_adam_averaged;  // NOLINT: the input names
-  using C = ComputeT<T>;
-  int32_t count = 0;
-  C ema_momentum;
-  TF_RETURN_IF_ERROR(ReadScalar<int32_t>(ctx, kCount, kAverageScalarNames[0], &count));
-  TF_RETURN_IF_ERROR(ReadScalar<C>(ctx, kEmaMomentum, kAverageScalarNames[1], &ema_momentum));
-  *lazy = {average->flat<T>().data(), synced->flat<int32_t>().data(),
-           MakeMovingAverageStep<T, C>(ema_momentum, count)};
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 // Ops ResourceSparseApplyLazyAdamAveraged and its W op: the lazy Adam of
 // SparseApplyLazyAdamOp (slots of the table's type) with the moving average's
 // catch-up in the same pass (cpu::SparseApplyLazyAdamAveraged). CPU only: on
@@ -183,17 +149,14 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
     using namespace lazy_adam;           // NOLINT: the input names
     using namespace lazy_adam_averaged;  // NOLINT: the input names
     LockedVariables<CPUDevice, T> vars;
-    const tensorflow::DataType t = tensorflow::DataTypeToEnum<T>::v();
-    OP_REQUIRES_OK(
-        ctx, vars.Acquire(ctx, use_locking_, /*sparse=*/true,
-                          {kVariableInputs, kVariableInputs + lazy_adam_averaged::kNumVariables},
-                          {lazy_adam_averaged::kVariableNames,
-                           lazy_adam_averaged::kVariableNames + lazy_adam_averaged::kNumVariables},
-                          {t, t, t, t, tensorflow::DT_INT32}, kSyncedSlot, kAveragedErrors));
+    OP_REQUIRES_OK(ctx, AcquireAveragedVariables<kSyncedSlot>(
+                            ctx, use_locking_, kVariableInputs, lazy_adam_averaged::kVariableNames,
+                            lazy_adam_averaged::kNumVariables, &vars));
     Hyperparameters<C> hyper;
     OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
     cpu::LazyAverage<T> lazy{};
-    OP_REQUIRES_OK(ctx, ReadLazyAverage(ctx, vars.tensor(3), vars.tensor(kSyncedSlot), &lazy));
+    OP_REQUIRES_OK(ctx,
+                   ReadLazyAverage(ctx, kCount, vars.tensor(3), vars.tensor(kSyncedSlot), &lazy));
     Tensor* var = vars.tensor(0);
     Tensor* m = vars.tensor(1);
     Tensor* v = vars.tensor(2);
@@ -281,7 +244,7 @@ namespace {
 absl::Status WindowAveragedDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
                                          tensorflow::DataType want, tensorflow::DataType table) {
   return static_cast<int>(k) == lazy_adam_averaged::kSyncedSlot
-             ? AveragedDtypeMismatch(k, name, got, want, table)
+             ? AveragedDtypeMismatch<lazy_adam_averaged::kSyncedSlot>(k, name, got, want, table)
              : WindowDtypeMismatch(k, name, got, want, table);
 }
 
@@ -318,7 +281,8 @@ class SparseApplyLazyAdamWindowAveragedOp : public tensorflow::OpKernel {
     Hyperparameters<C> hyper;
     OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? kWeightDecay : -1, &hyper));
     cpu::LazyAverage<T> lazy{};
-    OP_REQUIRES_OK(ctx, ReadLazyAverage(ctx, inputs.tensor(3), inputs.tensor(kSyncedSlot), &lazy));
+    OP_REQUIRES_OK(ctx, ReadLazyAverage(ctx, lazy_adam_averaged::kCount, inputs.tensor(3),
+                                        inputs.tensor(kSyncedSlot), &lazy));
     const EigenCpuPool pool(ctx->eigen_cpu_device());
     OP_REQUIRES_OK(ctx, inputs.Group(ctx, pool, kGrad, kIndices, kSteps));
     cpu::SparseApplyLazyAdamWindowAveraged<T, Tindex>(

@@ -28,6 +28,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
 #include "tf_opt_ops/core/cpu_kernels.h"
+#include "tf_opt_ops/core/moving_average_interface.h"
 #include "tf_opt_ops/kernels/input_checks.h"
 #include "tf_opt_ops/platform/huge_pages.h"
 
@@ -243,6 +244,54 @@ cpu::SparseGrad<T, Tindex> CpuSparseGrad(const Tensor& indices, const Tensor& gr
   return cpu::SparseGrad<T, Tindex>{indices.flat<Tindex>().data(), indices.NumElements(),
                                     grad.flat<T>().data(), num_rows,
                                     num_rows > 0 ? var.NumElements() / num_rows : 0};
+}
+
+// The averaged ops' variables (an optimizer's with a moving average kept in
+// its pass): the table, its slots and the average of the gradient's dtype;
+// synced, at `kSyncedSlot` of Acquire's `inputs`, int32.
+template <int kSyncedSlot>
+absl::Status AveragedDtypeMismatch(size_t k, const char* name, tensorflow::DataType got,
+                                   tensorflow::DataType want, tensorflow::DataType) {
+  if (static_cast<int>(k) != kSyncedSlot) return VariableDtypeMismatch(name, got, want);
+  return InvalidArgument(name, " has dtype ", tensorflow::DataTypeString(got),
+                         " but must be int32: create ", name,
+                         " as an int32 variable of one step count per row of var.");
+}
+
+template <int kSyncedSlot>
+inline constexpr VariableErrors kAveragedErrors{AveragedDtypeMismatch<kSyncedSlot>,
+                                                CheckSyncedShape};
+
+// Locks and validates the variables of an averaged op: the `num_variables` at
+// `inputs`, named by `names`, of the table's dtype T but synced, the one at
+// kSyncedSlot, int32.
+template <int kSyncedSlot, typename T>
+absl::Status AcquireAveragedVariables(OpKernelContext* ctx, bool use_locking, const int* inputs,
+                                      const char* const* names, int num_variables,
+                                      LockedVariables<CPUDevice, T>* vars) {
+  std::vector<tensorflow::DataType> dtypes(num_variables, tensorflow::DataTypeToEnum<T>::v());
+  dtypes[kSyncedSlot] = tensorflow::DT_INT32;
+  return vars->Acquire(ctx, use_locking, /*sparse=*/true, {inputs, inputs + num_variables},
+                       {names, names + num_variables}, dtypes, kSyncedSlot,
+                       kAveragedErrors<kSyncedSlot>);
+}
+
+// The moving average of an averaged op: the locked `average` and `synced`,
+// the step from its scalar inputs count, at `count_input`, and ema_momentum,
+// the next (as op ResourceSparseApplyLazyMovingAverage has them).
+template <typename T>
+absl::Status ReadLazyAverage(OpKernelContext* ctx, int count_input, Tensor* average, Tensor* synced,
+                             cpu::LazyAverage<T>* lazy) {
+  using C = ComputeT<T>;
+  int32_t count = 0;
+  C ema_momentum;
+  TF_RETURN_IF_ERROR(
+      ReadScalar<int32_t>(ctx, count_input, moving_average::kScalarNames[0], &count));
+  TF_RETURN_IF_ERROR(
+      ReadScalar<C>(ctx, count_input + 1, moving_average::kScalarNames[1], &ema_momentum));
+  *lazy = {average->flat<T>().data(), synced->flat<int32_t>().data(),
+           MakeMovingAverageStep<T, C>(ema_momentum, count)};
+  return absl::OkStatus();
 }
 
 // A window's variables of another dtype: the table's (T) for the optimizer's

@@ -1,5 +1,6 @@
 // Op registrations: Clippy Adagrad (dense and sparse) on resource variables.
 #include "tensorflow/core/framework/op.h"
+#include "tf_opt_ops/core/clippy_adagrad_averaged_interface.h"
 #include "tf_opt_ops/core/clippy_adagrad_interface.h"
 #include "tf_opt_ops/core/clippy_adagrad_window_interface.h"
 #include "tf_opt_ops/ops/shape_fns.h"
@@ -258,6 +259,66 @@ weight_decay: the decay, a scalar of Tscalar (float32); the other inputs,
 attrs and the output are ResourceSparseApplyClippyAdagradV2's.
 )doc");
 
+// The ops of sparse Clippy with the table's moving average kept in its update
+// pass: sparse Clippy's inputs, then the moving average's (the W op adds the
+// weight decay last).
+#define TF_OPT_OPS_CLIPPY_AVERAGED_INPUTS                \
+  TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices") \
+      .Input("average: resource")                        \
+      .Input("synced: resource")                         \
+      .Input("count: int32")                             \
+      .Input("ema_momentum: Tscalar")
+template <bool kDecays>
+absl::Status ClippyAveragedShape(InferenceContext* c) {
+  TF_RETURN_IF_ERROR(ClippyShape</*kSparse=*/true, /*kLight=*/false>(c));
+  TF_RETURN_IF_ERROR(CheckAverageInputs(c, clippy_adagrad_averaged::kAverage));
+  if (kDecays) return CheckScalarInputs(c, clippy_adagrad_averaged::kWeightDecay, 1);
+  return absl::OkStatus();
+}
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradAveraged")
+    .TF_OPT_OPS_CLIPPY_AVERAGED_INPUTS.Attr("Tindices: {int32, int64}")
+    .SetShapeFn(ClippyAveragedShape</*kDecays=*/false>)
+    .Doc(R"doc(
+ResourceSparseApplyClippyAdagrad with the table's lazy moving average kept in its update pass.
+
+For each distinct row i that indices names, the average of the row is brought
+up to date from the row's value before this step's update, exactly as
+ResourceSparseApplyLazyMovingAverage does (its doc states it), and synced[i]
+set to count; the rows are updated as ResourceSparseApplyClippyAdagrad updates
+them (its doc states it). The catch-up runs in the second pass, just before
+the row's update, which reads the row anyway. The results, scale included,
+are those of the moving-average op followed by the Clippy op, bit for bit.
+CPU only, the accumulator of the table's dtype.
+
+Every input is validated before anything is written: a bad one (an index
+outside [0, var.shape[0]), a variable of another dtype or shape, synced not
+int32 of shape [var.shape[0]], a non-scalar input) fails the op with
+InvalidArgumentError and leaves var, accum, average and synced unchanged.
+
+average: the average of var, a resource variable of var's dtype and shape.
+synced: a resource variable of dtype int32 and shape [var.shape[0]]: each
+row's count of EMA steps when its average was last brought up to date.
+count: the number of EMA steps applied so far.
+ema_momentum: the EMA's momentum m, of Tscalar.
+The other inputs, attrs and the output are ResourceSparseApplyClippyAdagrad's.
+)doc");
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWAveraged")
+    .TF_OPT_OPS_CLIPPY_AVERAGED_INPUTS.Input("weight_decay: Tscalar")
+    .Attr("Tindices: {int32, int64}")
+    .SetShapeFn(ClippyAveragedShape</*kDecays=*/true>)
+    .Doc(R"doc(
+ResourceSparseApplyClippyAdagradAveraged with the decoupled weight decay of ResourceSparseApplyClippyAdagradW.
+
+Each touched row's average is brought up to date from the row's value before
+its decay and update, then the row is decayed and updated as
+ResourceSparseApplyClippyAdagradW does (its doc states it). CPU only.
+
+weight_decay: the decay, a scalar of Tscalar; the other inputs, attrs and the
+output are ResourceSparseApplyClippyAdagradAveraged's.
+)doc");
+
 // The ops of a gradient accumulation window's apply step: sparse Clippy's
 // inputs (grad and indices the window's last micro-step), then the window's
 // (the W op adds the weight decay last).
@@ -320,6 +381,7 @@ output are ResourceSparseApplyClippyAdagradWindow's.
 )doc");
 
 #undef TF_OPT_OPS_CLIPPY_WINDOW_INPUTS
+#undef TF_OPT_OPS_CLIPPY_AVERAGED_INPUTS
 #undef TF_OPT_OPS_CLIPPY_V2_ATTRS
 #undef TF_OPT_OPS_CLIPPY_V2_ATTR_DOCS
 #undef TF_OPT_OPS_CLIPPY_HYPERPARAMETER_DOCS

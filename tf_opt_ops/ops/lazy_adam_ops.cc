@@ -227,13 +227,8 @@ attrs are ResourceSparseApplyLazyAdamV2's.
 // Lazy Adam's inputs, then the moving average's (average, synced, count,
 // ema_momentum), as the averaged ops and the window averaged ops have them.
 static absl::Status LazyAdamAndAverageShape(InferenceContext* c) {
-  using namespace lazy_adam_averaged;  // NOLINT: the input names
   TF_RETURN_IF_ERROR(LazyAdamShape(c, /*decays=*/false));
-  ShapeHandle table;
-  TF_RETURN_IF_ERROR(MergeVariables(c, {lazy_adam::kVar, kAverage}, &table));
-  TF_RETURN_IF_ERROR(CheckScalarInputs(c, kFirstAverageScalar, kNumAverageScalars));
-  ShapeHandle unused;
-  return c->WithRankAtMost(VariableShape(c, kSynced), 1, &unused);
+  return CheckAverageInputs(c, lazy_adam_averaged::kAverage);
 }
 
 static absl::Status LazyAdamAveragedShape(InferenceContext* c, bool decays) {

@@ -72,6 +72,17 @@ inline absl::Status CheckWindowInputs(InferenceContext* c, int accumulator_input
   return CheckScalarInputs(c, accumulator_input + 3, decays ? 2 : 1);
 }
 
+// The inputs of a lazily kept moving average that an averaged op appends to
+// its optimizer's (as op ResourceSparseApplyLazyMovingAverage has them): from
+// `average_input` on, the average (var's shape, var at input 0), synced (one
+// count per row: a vector), count and ema_momentum (scalars).
+inline absl::Status CheckAverageInputs(InferenceContext* c, int average_input) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(MergeVariables(c, {0, average_input}, &unused));
+  TF_RETURN_IF_ERROR(c->WithRankAtMost(VariableShape(c, average_input + 1), 1, &unused));
+  return CheckScalarInputs(c, average_input + 2, 2);
+}
+
 }  // namespace tf_opt_ops
 
 #endif  // TF_OPT_OPS_OPS_SHAPE_FNS_H_
