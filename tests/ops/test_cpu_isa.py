@@ -433,20 +433,23 @@ def test_a_level_the_cpu_lacks_runs_the_best_with_one_warning(requested):
   assert f"TF_OPT_OPS_CPU_ISA={requested}" in warnings[0] and best in warnings[0], warnings
 
 
-# The window ops' loops (a window's average and the update in one pass) are compiled per level as
-# well; their own files compare them with the two ops bit for bit, which the cases above compare
-# across levels. So those files, run at each lower level, carry the same-bits promise to them.
-WINDOW_OP_TESTS = ("test_lazy_adam_window_op.py", "test_clippy_adagrad_window_op.py")
+# The fused ops' loops (a window's average, or a moving average's catch-up, and the update in one
+# pass) are compiled per level as well; their own files compare them with the two ops bit for
+# bit, which the cases above compare across levels. So those files, run at each lower level,
+# carry the same-bits promise to them.
+FUSED_OP_TESTS = ("test_lazy_adam_window_op.py", "test_clippy_adagrad_window_op.py",
+                  "test_lazy_adam_averaged_op.py", "test_clippy_adagrad_averaged_op.py",
+                  "test_lazy_adam_window_averaged_op.py")
 
 
 @pytest.mark.parametrize("level", levels_here()[:-1])
-def test_window_ops_equal_the_two_ops_on_every_lower_level(level):
+def test_fused_ops_equal_the_two_ops_on_every_lower_level(level):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_OPT_OPS_CPU_ISA=level)
   env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, env.get("PYTHONPATH", "")])
   here = os.path.dirname(os.path.abspath(__file__))
   done = subprocess.run([
       sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-      *(os.path.join(here, name) for name in WINDOW_OP_TESTS)
+      *(os.path.join(here, name) for name in FUSED_OP_TESTS)
   ], env=env, capture_output=True, text=True, timeout=900, check=False)
   assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
   assert " passed" in done.stdout and "failed" not in done.stdout, done.stdout[-2000:]
