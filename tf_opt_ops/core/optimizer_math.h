@@ -451,6 +451,32 @@ TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
   return Load<C>(StoreRounded<T, C>(x));
 }
 
+// The scale of a sparse op's gradient values (its grad_scale inputs,
+// grad_scale_interface.h), in the compute type C: `count` 0 leaves them as
+// they are; 1 reads each value g as g * numerator (Keras' global_clipnorm);
+// 2 as (g * numerator) / denominator (Keras' clipnorm).
+template <typename C>
+struct GradScale {
+  int count = 0;
+  C numerator = C(1);
+  C denominator = C(1);
+};
+
+// Gradient value g of the table's type T (read into C) scaled as Keras scales
+// it in T: each operation rounded to T (C holds each exactly, and a 16-bit
+// result of a float operation rounded to T is the correctly rounded T
+// result), so the op reads the bits a tensor of the scaled values would hold.
+// kDivides: the scale's count is 2.
+template <typename T, bool kDivides, typename C>
+TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
+  const C product = RoundTo<T, C>(g * s.numerator);
+  if constexpr (kDivides) {
+    return RoundTo<T, C>(product / s.denominator);
+  } else {
+    return product;
+  }
+}
+
 // A weight w of a touched row after decoupled weight decay, as stock Keras
 // decays a variable: w - w * weight_decay * lr with weight_decay and lr
 // rounded to the table's type T and every operation rounded to T (C holds
