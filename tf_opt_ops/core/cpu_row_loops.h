@@ -157,22 +157,14 @@ class ScaledGradRows {
       const T* g = rows_.rows_ + u * rows_.dim_;
       // The scale's count is fixed per call: a branch per row, not per element.
       if (rows_.scale_.count == 2) {
-        Scale<true>(g);
+        ScaleGradRow<T, true>(g, rows_.dim_, rows_.scale_, buffer_.data());
       } else {
-        Scale<false>(g);
+        ScaleGradRow<T, false>(g, rows_.dim_, rows_.scale_, buffer_.data());
       }
       return buffer_.data();
     }
 
    private:
-    template <bool kDivides>
-    void Scale(const T* TF_OPT_OPS_RESTRICT g) {
-      C* TF_OPT_OPS_RESTRICT out = buffer_.data();
-      for (int64_t j = 0; j < rows_.dim_; ++j) {
-        out[j] = ScaledGradValue<T, kDivides>(Load<C>(g[j]), rows_.scale_);
-      }
-    }
-
     const ScaledGradRows& rows_;
     std::vector<C> buffer_;
   };
@@ -228,11 +220,11 @@ class SummedGradRows {
                   if (scale.count == 0) {
                     sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
                   } else if (scale.count == 1) {
-                    sum_groups(begin, end, [&scale](const T& g) {
+                    sum_groups(begin, end, [scale](const T& g) {
                       return ScaledGradValue<T, false>(Load<C>(g), scale);
                     });
                   } else {
-                    sum_groups(begin, end, [&scale](const T& g) {
+                    sum_groups(begin, end, [scale](const T& g) {
                       return ScaledGradValue<T, true>(Load<C>(g), scale);
                     });
                   }

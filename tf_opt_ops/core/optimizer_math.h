@@ -477,6 +477,16 @@ TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
   }
 }
 
+// Gradient row `g` of `n` values of T scaled into `out` (ScaledGradValue), in
+// the compute type. Restrict parameters and the scale by value: so that the
+// loop vectorizes (GCC honours restrict on parameters only, and a divisor
+// read through a pointer would be reloaded per element), the divide too.
+template <typename T, bool kDivides, typename C>
+TF_OPT_OPS_ROW_LOOP void ScaleGradRow(const T* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                      const GradScale<C> s, C* TF_OPT_OPS_RESTRICT out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = ScaledGradValue<T, kDivides>(Load<C>(g[j]), s);
+}
+
 // A weight w of a touched row after decoupled weight decay, as stock Keras
 // decays a variable: w - w * weight_decay * lr with weight_decay and lr
 // rounded to the table's type T and every operation rounded to T (C holds
