@@ -214,21 +214,20 @@ class SummedGradRows {
         }
       }
     };
-    ForEachItem(pool, groups.num_unique(),
-                Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim),
-                [&](int64_t begin, int64_t end) {
-                  if (scale.count == 0) {
-                    sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
-                  } else if (scale.count == 1) {
-                    sum_groups(begin, end, [scale](const T& g) {
-                      return ScaledGradValue<T, false>(Load<C>(g), scale);
-                    });
-                  } else {
-                    sum_groups(begin, end, [scale](const T& g) {
-                      return ScaledGradValue<T, true>(Load<C>(g), scale);
-                    });
-                  }
-                });
+    ForEachItem(
+        pool, groups.num_unique(), Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim),
+        [&](int64_t begin, int64_t end) {
+          if (scale.count == 0) {
+            sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
+          } else if (scale.count == 1) {
+            sum_groups(begin, end, [scale](const T& g) {
+              return ScaledGradValue<T, false>(Load<C>(g), scale);
+            });
+          } else {
+            sum_groups(begin, end,
+                       [scale](const T& g) { return ScaledGradValue<T, true>(Load<C>(g), scale); });
+          }
+        });
     return absl::OkStatus();
   }
 
