@@ -846,3 +846,33 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
     table_ref.sparse(values.astype(np.float64), indices)
     _assert_lazy_update(table, table_ref, before, indices)
   _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("scale", [(0.37,), (1.5, 7.25)], ids=["factor", "factor-divisor"])
+def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scale):
+  """A `ScaledSlices` read by code that does not know the factor (densifying, composite
+  decomposition, `.values`) gives the values Keras' clipping writes: `values * factor`
+  (`/ divisor`) in their dtype."""
+  from tf_opt_ops import _core
+
+  values, indices, _ = _batches()[0]
+
+  # The factors as arguments: Grappler would fold constant ones into one multiply (as it would
+  # Keras' own expression).
+  def read(values, indices, grad_scale):
+    slices = _core.ScaledSlices(values, indices, tf.constant([ROWS, COLS]), grad_scale)
+    assert slices.dtype == tf.float32
+    flat = tf.nest.flatten(slices, expand_composites=True)
+    return tf.convert_to_tensor(slices), slices.values, flat[0]
+
+  dense, scaled, flat = MODES[mode](read)(tf.constant(values), tf.constant(indices),
+                                          tuple(tf.constant(x, tf.float32) for x in scale))
+  want = values * np.float32(scale[0])
+  if len(scale) == 2:
+    want = want / np.float32(scale[1])
+  want_dense = np.zeros((ROWS, COLS), np.float32)
+  np.add.at(want_dense, indices, want)
+  np.testing.assert_array_equal(scaled, want)
+  np.testing.assert_array_equal(flat, want)
+  np.testing.assert_array_equal(dense, want_dense)
