@@ -112,13 +112,28 @@ def _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update
                      "both be set to True.")
 
 
-def _split_gradient(var, grad, indices):
-  """(gradient values cast to `var`'s dtype, indices or None, that dtype)."""
+def _split_gradient(var, grad, indices, scale_in_op=False):
+  """(gradient values cast to `var`'s dtype, indices or None, that dtype, their scale or None).
+
+  With `scale_in_op` (the caller's sparse op runs where it applies a `grad_scale` itself: the
+  CPU kernel, outside XLA), a `ScaledSlices` of `var`'s dtype gives its unscaled values and
+  their scale, so that the scaled values are never written; else its values are the scaled
+  ones, and the scale None.
+  """
+  if (indices is None and scale_in_op and isinstance(grad, ScaledSlices) and
+      grad.dtype == value_dtype(var, grad)):
+    return grad.unscaled_values, grad.indices, grad.dtype, grad.grad_scale
   if indices is None and isinstance(grad, tf.IndexedSlices):
     grad, indices = grad.values, grad.indices
   grad = tf.convert_to_tensor(grad)
   dtype = value_dtype(var, grad)
-  return tf.cast(grad, dtype), indices, dtype
+  return tf.cast(grad, dtype), indices, dtype, None
+
+
+def _scales_in_op(var, on_mesh):
+  """Whether a sparse update of `var` runs the CPU kernel, which applies a `ScaledSlices`'
+  scale where it reads each value (`_split_gradient`'s `scale_in_op`)."""
+  return not on_mesh and not _on_gpu(var) and not _tf_private.in_xla_context()
 
 
 # ----------------------------------------------------------------------------- Keras features
@@ -152,6 +167,50 @@ def _common_dtype(tensors):
   return tf.float64 if tf.float64 in dtypes else tf.float32
 
 
+class ScaledSlices(tf.IndexedSlices):
+  """A clipped sparse gradient: `tf.IndexedSlices` whose values are its unscaled values times
+  `grad_scale`, `(factor,)` (`values * factor`, Keras' global_clipnorm) or `(factor, divisor)`
+  (`values * factor / divisor`, Keras' clipnorm), scalars of the values' dtype, each
+  operation rounded to it as Keras computes it.
+
+  Scaling the values is a pass that reads and writes every gradient row before the update
+  reads them again. The fused sparse ops apply the scale themselves where they read each
+  value (their `grad_scale`, the same bits), so the update steps hand them the unscaled
+  values and the scale (`_split_gradient`). Everything else reads `values`, the scaled
+  values, made at first use in each graph (in a `tf.function` nothing builds them when only
+  the op reads the gradient), so no consumer can get the unscaled ones: densifying,
+  `tf.convert_to_tensor`, composite decomposition, distribution, XLA and GPUs. Why: see
+  docs/design.md, "Clipping in the update".
+  """
+
+  def __init__(self, values, indices, dense_shape, grad_scale):
+    super().__init__(values, indices, dense_shape)
+    self._grad_scale = tuple(grad_scale)
+    self._scaled = None  # (graph, or None in eager mode; the scaled values made there)
+
+  @property
+  def unscaled_values(self):
+    return self._values
+
+  @property
+  def grad_scale(self):
+    return self._grad_scale
+
+  @property
+  def dtype(self):
+    return self._values.dtype
+
+  @property
+  def values(self):
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    if self._scaled is None or self._scaled[0] is not graph:
+      scaled = self._values * self._grad_scale[0]
+      if len(self._grad_scale) == 2:
+        scaled = scaled / self._grad_scale[1]
+      self._scaled = (graph, scaled)
+    return self._scaled[1]
+
+
 def clip_by_global_norm(grads, clip_norm):
   """Keras 3's `clip_by_global_norm`, an `IndexedSlices` kept one with its rows scaled.
 
@@ -169,6 +228,20 @@ def clip_by_global_norm(grads, clip_norm):
   return [None if g is None else scaled(g, scale) for g in grads]
 
 
+def tf_clip_by_global_norm(grads, clip_norm):
+  """`tf.clip_by_global_norm(grads, clip_norm)[0]` (tf_keras' global_clipnorm), its
+  `IndexedSlices` `ScaledSlices`: the same norm and scale, the same products."""
+  norm = tf.linalg.global_norm(grads)
+  scale = clip_norm * tf.minimum(1.0 / norm, tf.constant(1.0, dtype=norm.dtype) / clip_norm)
+  scale = scale + (norm - norm)  # NaN where the norm is inf or NaN
+  return [
+      None if g is None else
+      scaled(g, scale) if isinstance(g, tf.IndexedSlices) else tf.identity(g *
+                                                                           tf.cast(scale, g.dtype))
+      for g in grads
+  ]
+
+
 def clip_by_norm(grad, clip_norm):
   """Keras 3's `_clip_by_norm` and `tf.clip_by_norm` (the same formula) of `grad` on all its
   axes, an `IndexedSlices` kept one: its values times `clip_norm` over the larger of their
@@ -178,10 +251,10 @@ def clip_by_norm(grad, clip_norm):
   positive = squares > 0
   norm = tf.where(positive, tf.sqrt(tf.where(positive, squares, tf.ones_like(squares))), squares)
   clip_norm = tf.cast(clip_norm, values.dtype)
-  clipped = values * clip_norm / tf.maximum(norm, clip_norm)
+  divisor = tf.maximum(norm, clip_norm)
   if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(clipped, grad.indices, grad.dense_shape)
-  return clipped
+    return ScaledSlices(values, grad.indices, grad.dense_shape, (clip_norm, divisor))
+  return values * clip_norm / divisor
 
 
 def _sum_of_squares(values):
@@ -198,10 +271,9 @@ def _sum_of_squares(values):
 
 
 def scaled(grad, scale):
-  """`grad * scale`, an `IndexedSlices` kept one (its values scaled)."""
+  """`grad * scale`, an `IndexedSlices` kept one (a `ScaledSlices`)."""
   if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype), grad.indices,
-                            grad.dense_shape)
+    return ScaledSlices(grad.values, grad.indices, grad.dense_shape, (tf.cast(scale, grad.dtype),))
   return grad * tf.cast(scale, grad.dtype)
 
 
@@ -674,7 +746,8 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   window's average (`take_window_gradient`'s) and updates the window's rows with it in one
   pass; with `moving_average` too, the same pass keeps the average of the window's rows.
   """
-  grad, indices, dtype = _split_gradient(var, grad, indices)
+  grad, indices, dtype, grad_scale = _split_gradient(
+      var, grad, indices, scale_in_op=window is None and _scales_in_op(var, on_mesh))
   if moving_average is not None and (light is not None or on_mesh or indices is None):
     raise ValueError("lazy_adam: moving_average= runs only in the sparse op with the default "
                      "slots; bring the average up to date first (moving_average_update).")
@@ -703,7 +776,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
       weight_decay = tf.cast(tf.cast(weight_decay, dtype), scalar_dtype(dtype))
   if light is not None:
     return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh,
-                            weight_decay)
+                            weight_decay, grad_scale)
   if on_mesh:
     if indices is None:
       return _standard_ops.dense_adam(var, m, v, grad, **hypers)
@@ -714,7 +787,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   if indices is not None:
     return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
                                 weight_decay=weight_decay, moving_average=moving_average,
-                                window=window, **scalars)
+                                window=window, grad_scale=grad_scale, **scalars)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
   if fused_dense and dtype in (tf.float32, tf.float64):
     return tf.raw_ops.ResourceApplyAdam(var=handle(var), m=handle(m), v=handle(v), grad=grad,
@@ -741,7 +814,7 @@ def _refuse_light_state_in_standard_ops(what, var, on_mesh):
 
 
 def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh,
-                     weight_decay):
+                     weight_decay, grad_scale):
   """Lazy Adam with light slots: op ResourceSparseApplyLazyAdamV2, a dense gradient as all rows."""
   _refuse_light_state_in_standard_ops("LazyAdam with slot_dtype / rowwise_second_moment", var,
                                       on_mesh)
@@ -749,7 +822,8 @@ def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
-                              step=hypers["step"], weight_decay=weight_decay, **scalars, **light)
+                              step=hypers["step"], weight_decay=weight_decay, grad_scale=grad_scale,
+                              **scalars, **light)
 
 
 # ----------------------------------------------------------------------------- Clippy Adagrad
@@ -780,7 +854,10 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   op with its own scale and the default accumulator, where `window_fuses` says so).
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
-  grad, indices, dtype = _split_gradient(var, grad, indices)
+  # A given scale goes into the gradient itself (`_with_given_scale`): no grad_scale then.
+  grad, indices, dtype, grad_scale = _split_gradient(
+      var, grad, indices, scale_in_op=(window is None and scale is None and
+                                       _scales_in_op(var, on_mesh)))
   if moving_average is not None and (light is not None or on_mesh or indices is None or
                                      window is not None):
     raise ValueError("clippy_adagrad: moving_average= runs only in the sparse op with the "
@@ -823,7 +900,8 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   if indices is not None:
     op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
                                          weight_decay=weight_decay, moving_average=moving_average,
-                                         window=window, **hypers, **flags, **(light or {}))
+                                         window=window, grad_scale=grad_scale, **hypers, **flags,
+                                         **(light or {}))
   else:
     op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags,
                                   **(light or {}))
@@ -883,7 +961,7 @@ def sharded_clippy_scales(grads_and_vars, key, accumulator, lr, **options):
   for pairs in shards_of.values():
     shard_scales = []
     for grad, var in pairs:
-      grad, indices, _ = _split_gradient(var, grad, None)
+      grad, indices, _, _ = _split_gradient(var, grad, None)
       with tf.device(var.device):
         shard_scales.append(
             _standard_ops.clippy_scale(var, accumulator(var), grad, indices, lr=lr(var), **options))
@@ -1115,7 +1193,7 @@ def rowwise_adagrad(var, accum, grad, *, lr, epsilon, weight_decay, weight_decay
   16-bit tables) rounds a 16-bit `var` stochastically, with noise keyed by the optimizer's
   `seed` and the variable's name; a float32 or float64 `var` holds its values exactly.
   """
-  grad, indices, dtype = _split_gradient(var, grad, indices)
+  grad, indices, dtype, _ = _split_gradient(var, grad, indices)
   asked = stochastic_rounding
   stochastic = (tf.as_dtype(var.dtype).base_dtype in (tf.float16, tf.bfloat16) and
                 (asked is None or bool(asked)))

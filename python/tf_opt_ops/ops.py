@@ -29,6 +29,12 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyLazyAdamWV2",
     "TfOptOps>ResourceSparseApplyLazyAdamAveraged",
     "TfOptOps>ResourceSparseApplyLazyAdamWAveraged",
+    "TfOptOps>ResourceSparseApplyLazyAdamScaled",
+    "TfOptOps>ResourceSparseApplyLazyAdamV2Scaled",
+    "TfOptOps>ResourceSparseApplyLazyAdamWScaled",
+    "TfOptOps>ResourceSparseApplyLazyAdamWV2Scaled",
+    "TfOptOps>ResourceSparseApplyLazyAdamAveragedScaled",
+    "TfOptOps>ResourceSparseApplyLazyAdamWAveragedScaled",
     "TfOptOps>ResourceSparseApplyLazyAdamWindow",
     "TfOptOps>ResourceSparseApplyLazyAdamWWindow",
     "TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged",
@@ -41,6 +47,12 @@ OP_NAMES = (
     "TfOptOps>ResourceSparseApplyClippyAdagradWV2",
     "TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
     "TfOptOps>ResourceSparseApplyClippyAdagradWAveraged",
+    "TfOptOps>ResourceSparseApplyClippyAdagradScaled",
+    "TfOptOps>ResourceSparseApplyClippyAdagradV2Scaled",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWScaled",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWV2Scaled",
+    "TfOptOps>ResourceSparseApplyClippyAdagradAveragedScaled",
+    "TfOptOps>ResourceSparseApplyClippyAdagradWAveragedScaled",
     "TfOptOps>ResourceSparseApplyClippyAdagradWindow",
     "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
     "TfOptOps>ResourceSparseApplyRowwiseAdagrad",
@@ -54,7 +66,8 @@ _LIGHT_TYPES = (tf.float16, tf.bfloat16, tf.float32)
 def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr=0.001, beta_1=0.9,
                      beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
                      rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
-                     weight_decay=None, moving_average=None, window=None, name=None):
+                     weight_decay=None, moving_average=None, window=None, grad_scale=None,
+                     name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
@@ -93,6 +106,11 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   `TfOptOps>ResourceSparseApplyLazyAdamWindowAveraged`, `...WWindowAveraged` with
   `weight_decay`): the numbers of `sparse_take_window_gradient` followed by this update with
   `moving_average` on the window's rows.
+
+  `grad_scale` (None: none): `(factor,)` or `(factor, divisor)`, scalars of `grad`'s dtype:
+  each gradient value is read as `grad * factor` (`/ divisor`), each operation rounded to that
+  dtype, the bits of passing those values as `grad` (Keras' global_clipnorm and clipnorm)
+  without a tensor of them (the `...Scaled` op of each op above but the window ops). CPU only.
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -102,6 +120,7 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
                 use_locking=use_locking, name=name)
   if weight_decay is not None:
     inputs["weight_decay"] = _scalar(weight_decay, s)
+  scaled = _grad_scale_inputs(grad_scale, grad.dtype, window, "sparse_lazy_adam", inputs)
   lib = load_library()
   slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
   light_types = (tf.float16, tf.bfloat16, tf.float32)
@@ -123,7 +142,7 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
       inputs.update(average=_handle(average), synced=_handle(synced),
                     count=tf.cast(count, tf.int32),
                     ema_momentum=_table_momentum(ema_momentum, grad.dtype))
-    return getattr(lib, name)(**inputs)
+    return getattr(lib, name + scaled)(**inputs)
   if moving_average is not None:
     raise ValueError("sparse_lazy_adam: moving_average= needs slots of var's dtype (op "
                      "ResourceSparseApplyLazyAdamAveraged); with light slots, run "
@@ -132,8 +151,9 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
     raise ValueError("sparse_lazy_adam: window= needs slots of var's dtype (op "
                      "ResourceSparseApplyLazyAdamWindow); with light slots, run "
                      "sparse_take_window_gradient first, then this update.")
-  op = (lib.tf_opt_ops_resource_sparse_apply_lazy_adam_v2 if weight_decay is None else
-        lib.tf_opt_ops_resource_sparse_apply_lazy_adam_wv2)
+  op = getattr(
+      lib, "tf_opt_ops_resource_sparse_apply_lazy_adam_" +
+      ("v2" if weight_decay is None else "wv2") + scaled)
   return op(**inputs, step=tf.cast(step, tf.int64), Tslot=slot_dtype,
             rowwise_second_moment=rowwise_second_moment, stochastic_rounding=stochastic_rounding,
             seed=seed)
@@ -170,7 +190,8 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           absolute_threshold=1e-7, clip_accumulator_update=False,
                           use_standard_accumulator_update=False, use_locking=False,
                           accumulator_dtype=None, stochastic_rounding=False, seed=0, step=0,
-                          weight_decay=None, moving_average=None, window=None, name=None):
+                          weight_decay=None, moving_average=None, window=None, grad_scale=None,
+                          name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only (op
@@ -198,9 +219,13 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   (`TfOptOps>ResourceSparseApplyClippyAdagradWindow`, `...WWindow` with `weight_decay`):
   the numbers of `sparse_take_window_gradient` followed by this update. CPU only,
   `accum` and `accumulator` of `var`'s dtype (no V2 options), `row_ids` of `indices`'.
+
+  `grad_scale` (None: none): as in `sparse_lazy_adam`, the gradient values read scaled in both
+  passes (the `...Scaled` op of each op above but the window ops). CPU only.
   """
   grad = tf.convert_to_tensor(grad)
   extra_inputs = {}
+  _grad_scale_inputs(grad_scale, grad.dtype, window, "sparse_clippy_adagrad", extra_inputs)
   if weight_decay is not None:
     extra_inputs.update(weight_decay=_scalar(weight_decay, scalar_dtype(grad.dtype)))
   light = stochastic_rounding or tf.as_dtype(accumulator_dtype or
@@ -244,6 +269,7 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
   decays = "weight_decay" in inputs_and_attrs
   fused = ("_window" if "steps" in inputs_and_attrs else
            "_averaged" if "synced" in inputs_and_attrs else "")
+  scaled = "_scaled" if "grad_scale" in inputs_and_attrs else ""
   accumulator_dtype = tf.as_dtype(light["accumulator_dtype"] or _value_dtype(accum, grad))
   library = load_library()
   inputs = dict(var=_handle(var), accum=_handle(accum), grad=grad, **inputs_and_attrs,
@@ -252,11 +278,27 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
   # the mismatch).
   if not light["stochastic_rounding"] and (accumulator_dtype == grad.dtype or accumulator_dtype
                                            not in _LIGHT_TYPES or grad.dtype not in _LIGHT_TYPES):
-    return getattr(library, f"tf_opt_ops_{op_name}{'_w' if decays else ''}{fused}")(**inputs)
-  return getattr(library,
-                 f"tf_opt_ops_{op_name}{'_wv2' if decays else '_v2'}")(**inputs, step=tf.cast(
-                     light["step"], tf.int64), Taccum=accumulator_dtype, stochastic_rounding=bool(
-                         light["stochastic_rounding"]), seed=light["seed"])
+    return getattr(library,
+                   f"tf_opt_ops_{op_name}{'_w' if decays else ''}{fused}{scaled}")(**inputs)
+  return getattr(
+      library, f"tf_opt_ops_{op_name}{'_wv2' if decays else '_v2'}{scaled}")(**inputs, step=tf.cast(
+          light["step"], tf.int64), Taccum=accumulator_dtype, stochastic_rounding=bool(
+              light["stochastic_rounding"]), seed=light["seed"])
+
+
+def _grad_scale_inputs(grad_scale, dtype, window, caller, inputs):
+  """Adds `grad_scale` (see `sparse_lazy_adam`) to `inputs`; returns the suffix of the op that
+  takes it ("" for none)."""
+  if grad_scale is None:
+    return ""
+  if window is not None:
+    raise ValueError(f"{caller}: no window op takes grad_scale=; scale the gradient values "
+                     "first.")
+  if len(grad_scale) not in (1, 2):
+    raise ValueError(f"{caller}: grad_scale= is (factor,) or (factor, divisor), got "
+                     f"{len(grad_scale)} values.")
+  inputs["grad_scale"] = [tf.cast(x, dtype) for x in grad_scale]
+  return "_scaled"
 
 
 # The op's attr weight_decay_mode by name, and by FBGEMM's WeightDecayMode number.

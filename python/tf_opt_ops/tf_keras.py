@@ -56,6 +56,9 @@ class _TfKerasMixin(_core.LazyMovingAverageMixin):
     # tf.clip_by_norm's numbers, without a tensor of the squared values.
     if self.clipnorm and self.clipnorm > 0:
       return [None if g is None else _core.clip_by_norm(g, self.clipnorm) for g in grads]
+    # tf.clip_by_global_norm's, the sparse ones scaled where the update reads them.
+    if self.global_clipnorm and self.global_clipnorm > 0 and _core.has_sparse(grads):
+      return _core.tf_clip_by_global_norm(grads, self.global_clipnorm)
     return super()._clip_gradients(grads)
 
   def _apply_weight_decay(self, variables):

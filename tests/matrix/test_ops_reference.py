@@ -136,6 +136,11 @@ def test_ops_are_registered_under_the_library_prefix():
       "TfOptOps>ResourceSparseApplyClippyAdagradWWindow",
       "TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
       "TfOptOps>ResourceSparseApplyClippyAdagradWAveraged"
+  } | {
+      f"TfOptOps>ResourceSparseApply{op}Scaled"
+      for op in ("LazyAdam", "LazyAdamV2", "LazyAdamW", "LazyAdamWV2", "LazyAdamAveraged",
+                 "LazyAdamWAveraged", "ClippyAdagrad", "ClippyAdagradV2", "ClippyAdagradW",
+                 "ClippyAdagradWV2", "ClippyAdagradAveraged", "ClippyAdagradWAveraged")
   }
 
   @tf.function

@@ -122,6 +122,41 @@ CLIPS = {
     "clipnorm": dict(clipnorm=1.5), "clipvalue": dict(clipvalue=0.5),
     "global_clipnorm": dict(global_clipnorm=2.0)
 }
+# The clips whose factor the sparse op applies where it reads each value (its Scaled op; the
+# legacy flavor's OptimizerV2 clips in its own code, before the update).
+SCALING_CLIPS = ("clipnorm", "global_clipnorm")
+SCALED_FLAVORS = ("keras", "tf_keras")
+# The inputs of the Scaled ops' gradient values: grad of lazy Adam, of Clippy.
+GRAD_INPUT = {"LazyAdam": 9, "ClippyAdagrad": 7}
+
+
+def _scaled_op(op):
+  return op + "Scaled"
+
+
+def _assert_scale_in_op(step, opt_name, batch, op):
+  """`step`'s graph feeds the Scaled op `op` the unscaled gradient values and the scale: no
+  multiply or divide of the values anywhere in the graph."""
+  graph = step.get_concrete_function(*map(tf.constant, batch)).graph
+  nodes = list(graph.as_graph_def().node)
+  for function in graph.as_graph_def().library.function:
+    nodes.extend(function.node_def)
+  scaled = [n for n in nodes if n.op == op]
+  assert scaled, sorted({n.op for n in nodes})
+  for node in scaled:
+    num_scales = node.attr["num_grad_scales"].i
+    assert num_scales in (1, 2)
+    grad = node.input[GRAD_INPUT[opt_name]].split(":")[0]
+    producers = {n.name: n for n in nodes}
+    # The values come straight from the step's argument (through identities at most).
+    while producers.get(grad) is not None and producers[grad].op == "Identity":
+      grad = producers[grad].input[0].split(":")[0]
+    assert producers.get(grad) is None or producers[grad].op not in ("Mul", "RealDiv"), grad
+    scaling = [
+        n for n in nodes
+        if n.op in ("Mul", "RealDiv") and any(i.split(":")[0] == grad for i in n.input)
+    ]
+    assert not scaling, [(n.op, n.name) for n in scaling]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -146,7 +181,52 @@ def test_clipping_is_stocks_on_the_named_rows(flavor, opt_name, clip, mode):
     np.testing.assert_allclose(bias.numpy(), bias_ref.values(), **FLOAT32_TOL)
     _assert_lazy_update(table, table_ref, before, indices)
   if mode == "function":
-    _assert_graph_stays_sparse(step, opt_name, _batches()[0])
+    scaled = clip in SCALING_CLIPS and flavor in SCALED_FLAVORS
+    sparse_ops = {opt_name: _scaled_op(SPARSE_OPS[opt_name])} if scaled else None
+    _assert_graph_stays_sparse(step, opt_name, _batches()[0], sparse_ops)
+    if scaled:
+      _assert_scale_in_op(step, opt_name, _batches()[0], sparse_ops[opt_name])
+
+
+@pytest.mark.parametrize("variant", ["plain", "weight-decay", "ema", "light"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("clip", SCALING_CLIPS)
+@pytest.mark.parametrize("opt_name", OPTIMIZERS)
+@pytest.mark.parametrize("flavor", SCALED_FLAVORS)
+def test_the_clip_factor_in_the_op_is_the_scaled_values_bit_for_bit(monkeypatch, flavor, opt_name,
+                                                                    clip, mode, variant):
+  """The Scaled op (the clip factor applied where it reads each value) gives every variable the
+  bits of the op fed the clipped values (the path of a GPU or XLA variable: `ScaledSlices.values`),
+  with weight decay, with the EMA kept in the update's pass, and with light state."""
+  from tf_opt_ops import _core
+
+  options = dict(OPTIONS, **CLIPS[clip])
+  if variant == "weight-decay":
+    options["weight_decay"] = 0.01
+  elif variant == "ema":
+    options.update(use_ema=True, ema_momentum=EMA_MOMENTUM)
+  elif variant == "light":
+    options.update(
+        dict(slot_dtype="bfloat16") if opt_name == "LazyAdam" else dict(
+            accumulator_dtype="bfloat16"))
+  make = getattr(common.flavor_module(flavor), opt_name)
+  runs = {}
+  for path in ("in the op", "values scaled first"):
+    with monkeypatch.context() as patch:
+      if path == "values scaled first":
+        patch.setattr(_core, "_scales_in_op", lambda var, on_mesh: False)
+      run_ = (*_variables(flavor), make(**options))
+      table, bias, opt = run_
+      step = MODES[mode](_train_step(opt, table, bias))
+      for values, indices, bias_grad in _batches():
+        step(tf.constant(values), tf.constant(indices), tf.constant(bias_grad))
+      if mode == "function":
+        types = _graph_op_types(step, *map(tf.constant, _batches()[0]))
+        assert any(t.endswith("Scaled") for t in types) == (path == "in the op"), sorted(types)
+    runs[path] = _all_values(run_)
+  assert len(runs["in the op"]) == len(runs["values scaled first"])
+  for ours, theirs in zip(runs["in the op"], runs["values scaled first"]):
+    np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("flavor", common.FLAVORS)
@@ -240,9 +320,11 @@ def test_gradient_accumulation_applies_the_window_on_its_rows(opt_name, clip, mo
     np.testing.assert_array_equal(ids, indices)
   if mode == "function":
     # Without clipping the update takes the window's average in its own op.
+    # With clipping the window's average is taken first, and the update applies the clip
+    # factor where it reads it (its Scaled op).
     fused = clip is None
-    types = _assert_graph_stays_sparse(step, opt_name,
-                                       _micro_batches()[0], WINDOW_OPS if fused else None)
+    sparse_ops = WINDOW_OPS if fused else {opt_name: _scaled_op(SPARSE_OPS[opt_name])}
+    types = _assert_graph_stays_sparse(step, opt_name, _micro_batches()[0], sparse_ops)
     # On the CPU each side of the window is one fused op, which reads and writes the window's
     # rows only: no scatter or gather of the accumulator or its ids in TensorFlow ops.
     accumulation_ops = {ACCUMULATE_OP, WINDOW_OPS[opt_name]} if fused else ACCUMULATION_OPS
@@ -714,7 +796,10 @@ def test_features_through_our_router(flavor):
     _stock_decay(table_ref, np.unique(indices))
     table_ref.sparse(clipped.astype(np.float64), indices)
     _assert_lazy_update(table, table_ref, before, indices)
-  _assert_graph_stays_sparse(step, "LazyAdam", _batches()[0], SPARSE_DECAY_OPS)
+  # The clip factor too goes into the W op's pass (its Scaled op).
+  sparse_ops = {"LazyAdam": _scaled_op(SPARSE_DECAY_OPS["LazyAdam"])}
+  _assert_graph_stays_sparse(step, "LazyAdam", _batches()[0], sparse_ops)
+  _assert_scale_in_op(step, "LazyAdam", _batches()[0], sparse_ops["LazyAdam"])
 
 
 # ----------------------------------------------------------------------------- mixed precision
@@ -761,3 +846,33 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
     table_ref.sparse(values.astype(np.float64), indices)
     _assert_lazy_update(table, table_ref, before, indices)
   _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("scale", [(0.37,), (1.5, 7.25)], ids=["factor", "factor-divisor"])
+def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scale):
+  """A `ScaledSlices` read by code that does not know the factor (densifying, composite
+  decomposition, `.values`) gives the values Keras' clipping writes: `values * factor`
+  (`/ divisor`) in their dtype."""
+  from tf_opt_ops import _core
+
+  values, indices, _ = _batches()[0]
+
+  # The factors as arguments: Grappler would fold constant ones into one multiply (as it would
+  # Keras' own expression).
+  def read(values, indices, grad_scale):
+    slices = _core.ScaledSlices(values, indices, tf.constant([ROWS, COLS]), grad_scale)
+    assert slices.dtype == tf.float32
+    flat = tf.nest.flatten(slices, expand_composites=True)
+    return tf.convert_to_tensor(slices), slices.values, flat[0]
+
+  dense, scaled, flat = MODES[mode](read)(tf.constant(values), tf.constant(indices),
+                                          tuple(tf.constant(x, tf.float32) for x in scale))
+  want = values * np.float32(scale[0])
+  if len(scale) == 2:
+    want = want / np.float32(scale[1])
+  want_dense = np.zeros((ROWS, COLS), np.float32)
+  np.add.at(want_dense, indices, want)
+  np.testing.assert_array_equal(scaled, want)
+  np.testing.assert_array_equal(flat, want)
+  np.testing.assert_array_equal(dense, want_dense)

@@ -12,7 +12,8 @@ namespace tf_opt_ops {
 namespace clippy_adagrad_averaged {
 
 // The inputs after sparse Clippy's (kVar .. kIndices), by position; the W op
-// adds kWeightDecay last.
+// adds kWeightDecay, then their Scaled ops their grad_scale inputs
+// (grad_scale_interface.h).
 enum Input : int {
   kAverage = clippy_adagrad::kIndices + 1,
   kSynced,
@@ -31,7 +32,7 @@ constexpr const char* kVariableNames[kNumVariables] = {"var", "accum", "average"
 constexpr int kAverageSlot = 2;  // average's place in kVariableInputs
 constexpr int kSyncedSlot = 3;   // synced's place in kVariableInputs
 
-// Whether an op with `num_inputs` inputs is the W op.
+// Whether an op with `num_inputs` inputs (its grad_scale inputs not counted) is the W op.
 constexpr bool HasWeightDecay(int num_inputs) { return num_inputs > kWeightDecay; }
 
 }  // namespace clippy_adagrad_averaged

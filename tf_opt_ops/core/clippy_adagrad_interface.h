@@ -17,7 +17,8 @@ namespace clippy_adagrad {
 
 // The inputs, by position. The sparse ops add kIndices after the gradient;
 // the V2 ops add their step after that (StepInput); the W ops add the weight
-// decay after those (WeightDecayInput).
+// decay after those (WeightDecayInput); the Scaled ops of the sparse ones
+// then take their grad_scale inputs (grad_scale_interface.h).
 enum Input : int {
   kVar = 0,
   kAccum,

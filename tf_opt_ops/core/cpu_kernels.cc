@@ -57,14 +57,15 @@ struct SpanAverage {
 // Clippy's two passes over `count` spans in parallel: span k covers
 // `length(k)` elements of var/accum from `offset(k)` (the flat index of the
 // first, which keys the accumulator's rounding noise) and of the gradient
-// from `grad_offset(k)`. The first pass calls `before_ratio(k, end)` (`end`:
+// rows `grad` (a PlainGradRows or ScaledGradRows: a work item's Reader()
+// gives span k's). The first pass calls `before_ratio(k, end)` (`end`:
 // the end of k's work item) before span k's ratio, which may write the
 // span's gradient first; the second catches up span k's moving average
 // (a SpanAverage `average`) before its update. Returns the scale.
-template <typename T, typename A, typename G, typename Offset, typename Length, typename GradOffset,
+template <typename T, typename A, typename GradRows, typename Offset, typename Length,
           typename BeforeRatio = NothingBeforeRatio, typename Average = NoAverage>
-ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad, int64_t count,
-                            int64_t span, Offset offset, Length length, GradOffset grad_offset,
+ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const GradRows& grad,
+                            int64_t count, int64_t span, Offset offset, Length length,
                             const ClippyStep<ComputeT<T>>& step,
                             BeforeRatio before_ratio = BeforeRatio{}, Average average = Average{}) {
   using C = ComputeT<T>;
@@ -77,43 +78,45 @@ ComputeT<T> ClippyTwoPasses(const CpuPool& pool, T* var, A* accum, const G* grad
   const double average_bytes = kAveraged ? span * sizeof(T) + sizeof(int32_t) : 0.0;
   WithRounding<A>(step.stochastic_rounding, [&](auto stochastic) {
     constexpr bool kStochastic = decltype(stochastic)::value;
-    ForEachItem(
-        pool, count, Eigen::TensorOpCost(bytes, 0, 15.0 * span), [&](int64_t begin, int64_t end) {
-          C local = C(1);
-          ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
-                      [&](int64_t k, int64_t o) {
-                        before_ratio(k, end);
-                        local = ClippyRatioRow<kStochastic>(
-                            var + o, accum + o, grad + grad_offset(k), length(k), o, step, local);
-                      });
-          std::lock_guard<std::mutex> lock(mu);
-          min_ratio = NanMin<C>(min_ratio, local);
-        });
-    scale = ClippyScale<C>(min_ratio);
-    ForEachItem(pool, count,
-                Eigen::TensorOpCost(bytes + average_bytes,
-                                    span * (1.0 * sizeof(T) + sizeof(A)) + average_bytes,
-                                    (kAveraged ? 25.0 : 15.0) * span),
+    ForEachItem(pool, count, Eigen::TensorOpCost(bytes, 0, 15.0 * span),
                 [&](int64_t begin, int64_t end) {
-                  const auto apply = [&](int64_t k, int64_t o) {
-                    ClippyApplyRow<kStochastic>(var + o, accum + o, grad + grad_offset(k),
-                                                length(k), o, scale, step);
-                  };
-                  if constexpr (kAveraged) {
-                    const LazyAverage<T>& lazy = average.lazy;
-                    MovingAverageDecayCache<T, C> decay_of(lazy.step);
-                    ForEachSpan(begin, end,
-                                {TableOf(var), TableOf(accum), TableOf(lazy.average),
-                                 TableOf(lazy.synced, span)},
-                                offset, length, [&](int64_t k, int64_t o) {
-                                  CatchUpAverageRow<T>(decay_of, lazy.average + o, var + o,
-                                                       length(k), lazy.synced + average.rows[k]);
-                                  apply(k, o);
-                                });
-                  } else {
-                    ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, apply);
-                  }
+                  C local = C(1);
+                  auto grad_row = grad.Reader();
+                  ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length,
+                              [&](int64_t k, int64_t o) {
+                                before_ratio(k, end);
+                                local = ClippyRatioRow<kStochastic>(var + o, accum + o, grad_row(k),
+                                                                    length(k), o, step, local);
+                              });
+                  std::lock_guard<std::mutex> lock(mu);
+                  min_ratio = NanMin<C>(min_ratio, local);
                 });
+    scale = ClippyScale<C>(min_ratio);
+    ForEachItem(
+        pool, count,
+        Eigen::TensorOpCost(bytes + average_bytes,
+                            span * (1.0 * sizeof(T) + sizeof(A)) + average_bytes,
+                            (kAveraged ? 25.0 : 15.0) * span),
+        [&](int64_t begin, int64_t end) {
+          auto grad_row = grad.Reader();
+          const auto apply = [&](int64_t k, int64_t o) {
+            ClippyApplyRow<kStochastic>(var + o, accum + o, grad_row(k), length(k), o, scale, step);
+          };
+          if constexpr (kAveraged) {
+            const LazyAverage<T>& lazy = average.lazy;
+            MovingAverageDecayCache<T, C> decay_of(lazy.step);
+            ForEachSpan(
+                begin, end,
+                {TableOf(var), TableOf(accum), TableOf(lazy.average), TableOf(lazy.synced, span)},
+                offset, length, [&](int64_t k, int64_t o) {
+                  CatchUpAverageRow<T>(decay_of, lazy.average + o, var + o, length(k),
+                                       lazy.synced + average.rows[k]);
+                  apply(k, o);
+                });
+          } else {
+            ForEachSpan(begin, end, {TableOf(var), TableOf(accum)}, offset, length, apply);
+          }
+        });
   });
   return scale;
 }
@@ -128,7 +131,7 @@ struct TouchedRows {
     absl::Status status =
         GroupRows<Tindex>(pool, grad.indices, grad.num_indices, grad.num_rows, &groups);
     if (!status.ok()) return status;
-    return grad_rows.Init(pool, groups, grad.grad, dim);
+    return grad_rows.Init(pool, groups, grad.grad, dim, grad.scale);
   }
 
   // The offset of distinct row u in the tables (64-bit: tables past 2^31
@@ -155,12 +158,10 @@ absl::Status SparseClippyTwoPasses(const CpuPool& pool, const SparseGrad<T, Tind
   TouchedRows<T> touched;
   absl::Status status = touched.Init(pool, grad);
   if (!status.ok()) return status;
-  const int64_t dim = touched.dim;
-  const auto grad_offset = [dim](int64_t u) { return u * dim; };
-  touched.grad_rows.Visit([&](const auto* g) {
-    *scale = ClippyTwoPasses(pool, var, accum, g, touched.groups.num_unique(), dim,
-                             touched.offset(), touched.length(), grad_offset, step,
-                             NothingBeforeRatio{}, average_of(touched.groups.rows()));
+  touched.grad_rows.Visit([&](const auto& g) {
+    *scale = ClippyTwoPasses(pool, var, accum, g, touched.groups.num_unique(), touched.dim,
+                             touched.offset(), touched.length(), step, NothingBeforeRatio{},
+                             average_of(touched.groups.rows()));
   });
   return absl::OkStatus();
 }
@@ -221,24 +222,25 @@ absl::Status SparseApplyLazyAdam(const CpuPool& pool, const SparseGrad<T, Tindex
   const double v_bytes = rowwise ? sizeof(S) : dim * sizeof(S);
   const Eigen::TensorOpCost cost(dim * (2.0 * sizeof(T) + sizeof(S)) + v_bytes,
                                  dim * (1.0 * sizeof(T) + sizeof(S)) + v_bytes, 20.0 * dim);
-  touched.grad_rows.Visit([&](const auto* g) {
+  touched.grad_rows.Visit([&](const auto& g) {
     WithRounding<S>(layout.stochastic_rounding, [&](auto stochastic) {
       constexpr bool kStochastic = decltype(stochastic)::value;
       ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+        auto grad_row = g.Reader();
         if (rowwise) {
           ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v, dim)}, offset, length,
                       [&](int64_t u, int64_t o) {
                         const RowNoise noise =
                             kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
                         LazyAdamRowwiseRow<kStochastic, T, S>(var + o, m + o, v + rows[u],
-                                                              g + u * dim, dim, step, noise);
+                                                              grad_row(u), dim, step, noise);
                       });
         } else {
           ForEachSpan(begin, end, {TableOf(var), TableOf(m), TableOf(v)}, offset, length,
                       [&](int64_t u, int64_t o) {
                         const RowNoise noise =
                             kStochastic ? RowNoiseOf(layout, rows[u]) : RowNoise{};
-                        LazyAdamRow<kStochastic, T, S>(var + o, m + o, v + o, g + u * dim, dim,
+                        LazyAdamRow<kStochastic, T, S>(var + o, m + o, v + o, grad_row(u), dim,
                                                        step, noise);
                       });
         }
@@ -264,13 +266,14 @@ absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T
   // average reads the var row the update then reads again, from cache.
   const Eigen::TensorOpCost cost(dim * 5.0 * sizeof(T) + sizeof(int32_t),
                                  dim * 4.0 * sizeof(T) + sizeof(int32_t), 30.0 * dim + 40.0);
-  touched.grad_rows.Visit([&](const auto* g) {
+  touched.grad_rows.Visit([&](const auto& g) {
     ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
       MovingAverageDecayCache<T, C> decay_of(lazy.step);
+      auto grad_row = g.Reader();
       ForEachSpan(begin, end,
                   {TableOf(var), TableOf(m), TableOf(v), TableOf(average), TableOf(synced, dim)},
                   touched.offset(), touched.length(), [&](int64_t u, int64_t o) {
-                    AveragedLazyAdamRow(decay_of, lazy, rows[u], o, var, m, v, g + u * dim, dim,
+                    AveragedLazyAdamRow(decay_of, lazy, rows[u], o, var, m, v, grad_row(u), dim,
                                         step);
                   });
     });
@@ -322,8 +325,8 @@ ComputeT<T> ApplyClippyAdagrad(const CpuPool& pool, int64_t size, const T* grad,
   // The dense variable as contiguous blocks, whatever its shape.
   const auto offset = [](int64_t k) { return k * kBlock; };
   const auto length = [size](int64_t k) { return std::min(kBlock, size - k * kBlock); };
-  return ClippyTwoPasses(pool, var, accum, grad, (size + kBlock - 1) / kBlock, kBlock, offset,
-                         length, offset, step);
+  return ClippyTwoPasses(pool, var, accum, PlainGradRows<T>{grad, kBlock},
+                         (size + kBlock - 1) / kBlock, kBlock, offset, length, step);
 }
 
 template <typename T, typename A, typename Tindex>
@@ -356,10 +359,9 @@ ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T
   // thread would do).
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };
-  const auto grad_offset = [dim](int64_t u) { return u * dim; };
   const ComputeT<T> scale =
-      ClippyTwoPasses(pool, var, accum, static_cast<const T*>(average), window.num_rows(), dim,
-                      offset, length, grad_offset, step, [&](int64_t u, int64_t end) {
+      ClippyTwoPasses(pool, var, accum, PlainGradRows<T>{average, dim}, window.num_rows(), dim,
+                      offset, length, step, [&](int64_t u, int64_t end) {
                         if (u + kPrefetchSpansMedium < end)
                           window.PrefetchRow(u + kPrefetchSpansMedium);
                         window.TakeRow(u, steps, average + u * dim);
@@ -383,13 +385,14 @@ absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, 
   // Per row: read var (twice with L2, from cache), g and the accumulator; write var and it.
   const Eigen::TensorOpCost cost(dim * 2.0 * sizeof(T) + sizeof(C),
                                  dim * 1.0 * sizeof(T) + sizeof(C), 6.0 * dim);
-  touched.grad_rows.Visit([&](const auto* g) {
+  touched.grad_rows.Visit([&](const auto& g) {
     WithRounding<T>(step.stochastic_rounding, [&](auto stochastic) {
       constexpr bool kStochastic = decltype(stochastic)::value;
       ForEachItem(pool, touched.groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+        auto grad_row = g.Reader();
         ForEachSpan(begin, end, {TableOf(var), TableOf(accum, dim)}, offset, length,
                     [&](int64_t u, int64_t o) {
-                      RowwiseAdagradRow<kStochastic, T>(var + o, accum + rows[u], g + u * dim, dim,
+                      RowwiseAdagradRow<kStochastic, T>(var + o, accum + rows[u], grad_row(u), dim,
                                                         step, rows[u]);
                     });
       });

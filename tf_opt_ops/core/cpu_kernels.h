@@ -20,7 +20,8 @@ namespace cpu {
 
 // The gradient of a sparse update: `num_indices` (> 0) indices into a
 // variable of `num_rows` rows of `row_size` elements each, and one gradient
-// row of `row_size` per index, row-major.
+// row of `row_size` per index, row-major, each value read scaled by `scale`
+// (ScaledGradValue) before duplicates are summed.
 template <typename T, typename Tindex>
 struct SparseGrad {
   const Tindex* indices;
@@ -28,6 +29,7 @@ struct SparseGrad {
   const T* grad;
   int64_t num_rows;
   int64_t row_size;
+  GradScale<ComputeT<T>> scale = {};
 };
 
 // A table's lazily kept moving average (op ResourceSparseApplyLazyAdamAveraged):

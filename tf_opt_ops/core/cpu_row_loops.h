@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -123,17 +124,74 @@ absl::Status GroupRows(const CpuPool& pool, const Tindex* indices, int64_t n, in
   return absl::OkStatus();
 }
 
+// Gradient rows as a row loop reads them, row u at `rows + u * dim`: a work
+// item takes a Reader() and calls it with each row it updates (ScaledGradRows
+// has the same interface).
+template <typename G>
+struct PlainGradRows {
+  const G* rows;
+  int64_t dim;
+
+  PlainGradRows Reader() const { return *this; }
+  const G* operator()(int64_t u) const { return rows + u * dim; }
+};
+
+// Gradient rows of T read scaled (GradScale, ScaledGradValue): each work
+// item's Reader scales the row it is asked for into a buffer of its own, in
+// the compute type, where the row loop then reads it from cache. So the scale
+// costs no pass over the rows in memory, and the row loops themselves (which
+// read `const C*` rows as they read duplicate-summed ones) stay as they are.
+template <typename T>
+class ScaledGradRows {
+ public:
+  using C = ComputeT<T>;
+
+  ScaledGradRows(const T* rows, int64_t dim, const GradScale<C>& scale)
+      : rows_(rows), dim_(dim), scale_(scale) {}
+
+  class RowReader {
+   public:
+    explicit RowReader(const ScaledGradRows& rows) : rows_(rows), buffer_(rows.dim_) {}
+
+    const C* operator()(int64_t u) {
+      const T* g = rows_.rows_ + u * rows_.dim_;
+      // The scale's count is fixed per call: a branch per row, not per element.
+      if (rows_.scale_.count == 2) {
+        ScaleGradRow<T, true>(g, rows_.dim_, rows_.scale_, buffer_.data());
+      } else {
+        ScaleGradRow<T, false>(g, rows_.dim_, rows_.scale_, buffer_.data());
+      }
+      return buffer_.data();
+    }
+
+   private:
+    const ScaledGradRows& rows_;
+    std::vector<C> buffer_;
+  };
+
+  RowReader Reader() const { return RowReader(*this); }
+
+ private:
+  const T* rows_;
+  int64_t dim_;
+  GradScale<C> scale_;
+};
+
 // The gradient of each unique row, as a row-major [num_unique, dim] array:
-// the caller's grad itself when there are no duplicates, otherwise the
-// duplicate-summed rows (in the compute type C) in a temporary owned here
+// the caller's grad itself when there are no duplicates (read scaled, where
+// `scale` has a count), otherwise the duplicate-summed rows (in the compute
+// type C, each value scaled before it is added) in a temporary owned here
 // (heap memory: a custom call has no OpKernelContext to allocate from).
 template <typename T>
 class SummedGradRows {
  public:
   using C = ComputeT<T>;
 
-  absl::Status Init(const CpuPool& pool, const RowGroups& groups, const T* grad, int64_t dim) {
+  absl::Status Init(const CpuPool& pool, const RowGroups& groups, const T* grad, int64_t dim,
+                    const GradScale<C>& scale) {
     grad_ = grad;
+    dim_ = dim;
+    scale_ = scale;
     if (!groups.has_duplicates()) return absl::OkStatus();
     // Cache-line aligned, as TensorFlow's allocator gives it; the size a
     // multiple of 64 and not 0, as std::aligned_alloc requires.
@@ -144,30 +202,45 @@ class SummedGradRows {
           "out of memory summing the gradient rows of duplicate indices (", bytes, " bytes)"));
     }
     C* out = summed_.get();
-    const auto sum_groups = [&](int64_t begin, int64_t end) {
+    const auto sum_groups = [&](int64_t begin, int64_t end, auto value_of) {
       for (int64_t u = begin; u < end; ++u) {
         C* row = out + u * dim;
         int64_t p = groups.first(u);
         const T* g = grad + p * dim;
-        for (int64_t j = 0; j < dim; ++j) row[j] = Load<C>(g[j]);
+        for (int64_t j = 0; j < dim; ++j) row[j] = value_of(g[j]);
         for (p = groups.next(p); p >= 0; p = groups.next(p)) {
           g = grad + p * dim;
-          for (int64_t j = 0; j < dim; ++j) row[j] += Load<C>(g[j]);
+          for (int64_t j = 0; j < dim; ++j) row[j] += value_of(g[j]);
         }
       }
     };
-    ForEachItem(pool, groups.num_unique(),
-                Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim), sum_groups);
+    ForEachItem(
+        pool, groups.num_unique(), Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim),
+        [&](int64_t begin, int64_t end) {
+          if (scale.count == 0) {
+            sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
+          } else if (scale.count == 1) {
+            sum_groups(begin, end, [scale](const T& g) {
+              return ScaledGradValue<T, false>(Load<C>(g), scale);
+            });
+          } else {
+            sum_groups(begin, end,
+                       [scale](const T& g) { return ScaledGradValue<T, true>(Load<C>(g), scale); });
+          }
+        });
     return absl::OkStatus();
   }
 
-  // Calls f(rows) with a `const T*` or `const C*` pointer to the rows.
+  // Calls f(rows) with the rows: a PlainGradRows of `const T` or `const C`,
+  // or a ScaledGradRows.
   template <typename F>
   void Visit(F&& f) const {
     if (summed_ != nullptr) {
-      f(static_cast<const C*>(summed_.get()));
+      f(PlainGradRows<C>{summed_.get(), dim_});
+    } else if (scale_.count == 0) {
+      f(PlainGradRows<T>{grad_, dim_});
     } else {
-      f(grad_);
+      f(ScaledGradRows<T>(grad_, dim_, scale_));
     }
   }
 
@@ -177,6 +250,8 @@ class SummedGradRows {
   };
 
   const T* grad_ = nullptr;
+  int64_t dim_ = 0;
+  GradScale<C> scale_;
   std::unique_ptr<C, Free> summed_;
 };
 

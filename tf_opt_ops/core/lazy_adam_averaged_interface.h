@@ -11,7 +11,8 @@ namespace tf_opt_ops {
 namespace lazy_adam_averaged {
 
 // The inputs after lazy Adam's (kVar .. kIndices), by position; the W op
-// adds kWeightDecay last.
+// adds kWeightDecay, then their Scaled ops their grad_scale inputs
+// (grad_scale_interface.h).
 enum Input : int {
   kAverage = lazy_adam::kIndices + 1,
   kSynced,
@@ -29,7 +30,7 @@ constexpr int kVariableInputs[kNumVariables] = {lazy_adam::kVar, lazy_adam::kM, 
 constexpr const char* kVariableNames[kNumVariables] = {"var", "m", "v", "average", "synced"};
 constexpr int kSyncedSlot = 4;  // synced's place in kVariableInputs
 
-// Whether an op with `num_inputs` inputs is the W op.
+// Whether an op with `num_inputs` inputs (its grad_scale inputs not counted) is the W op.
 constexpr bool HasWeightDecay(int num_inputs) { return num_inputs > kWeightDecay; }
 
 }  // namespace lazy_adam_averaged

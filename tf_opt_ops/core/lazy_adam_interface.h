@@ -15,7 +15,8 @@ namespace tf_opt_ops {
 namespace lazy_adam {
 
 // The inputs, by position. The V2 op adds kStep after the others; the W ops
-// add the weight decay after those (WeightDecayInput).
+// add the weight decay after those (WeightDecayInput); their Scaled ops
+// then take their grad_scale inputs (grad_scale_interface.h).
 enum Input : int {
   kVar = 0,
   kM,
@@ -46,7 +47,7 @@ constexpr const char* kHyperparameterNames[kNumHyperparameters] = {
 constexpr const char* kWeightDecayName = "weight_decay";
 constexpr int WeightDecayInput(bool v2) { return v2 ? kStep + 1 : kStep; }
 
-// Whether an op with `num_inputs` inputs is a W op.
+// Whether an op with `num_inputs` inputs (its grad_scale inputs not counted) is a W op.
 constexpr bool HasWeightDecay(int num_inputs, bool v2) { return num_inputs > WeightDecayInput(v2); }
 
 // The hyperparameters' values, of the compute type C: those of

@@ -451,6 +451,42 @@ TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
   return Load<C>(StoreRounded<T, C>(x));
 }
 
+// The scale of a sparse op's gradient values (its grad_scale inputs,
+// grad_scale_interface.h), in the compute type C: `count` 0 leaves them as
+// they are; 1 reads each value g as g * numerator (Keras' global_clipnorm);
+// 2 as (g * numerator) / denominator (Keras' clipnorm).
+template <typename C>
+struct GradScale {
+  int count = 0;
+  C numerator = C(1);
+  C denominator = C(1);
+};
+
+// Gradient value g of the table's type T (read into C) scaled as Keras scales
+// it in T: each operation rounded to T (C holds each exactly, and a 16-bit
+// result of a float operation rounded to T is the correctly rounded T
+// result), so the op reads the bits a tensor of the scaled values would hold.
+// kDivides: the scale's count is 2.
+template <typename T, bool kDivides, typename C>
+TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
+  const C product = RoundTo<T, C>(g * s.numerator);
+  if constexpr (kDivides) {
+    return RoundTo<T, C>(product / s.denominator);
+  } else {
+    return product;
+  }
+}
+
+// Gradient row `g` of `n` values of T scaled into `out` (ScaledGradValue), in
+// the compute type. Restrict parameters and the scale by value: so that the
+// loop vectorizes (GCC honours restrict on parameters only, and a divisor
+// read through a pointer would be reloaded per element), the divide too.
+template <typename T, bool kDivides, typename C>
+TF_OPT_OPS_ROW_LOOP void ScaleGradRow(const T* TF_OPT_OPS_RESTRICT g, int64_t n,
+                                      const GradScale<C> s, C* TF_OPT_OPS_RESTRICT out) {
+  for (int64_t j = 0; j < n; ++j) out[j] = ScaledGradValue<T, kDivides>(Load<C>(g[j]), s);
+}
+
 // A weight w of a touched row after decoupled weight decay, as stock Keras
 // decays a variable: w - w * weight_decay * lr with weight_decay and lr
 // rounded to the table's type T and every operation rounded to T (C holds

@@ -42,10 +42,10 @@ template <typename T, typename A, typename Tindex>
 struct SparseApplyClippyAdagrad<CPUDevice, T, A, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* accum, const ClippyStep<ComputeT<T>>& step,
-                          Tensor* scale) {
+                          const GradScale<ComputeT<T>>& grad_scale, Tensor* scale) {
     const EigenCpuPool pool(ctx->eigen_cpu_device());
     return cpu::SparseApplyClippyAdagrad<T, A, Tindex>(
-        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var, grad_scale), var->flat<T>().data(),
         accum->flat<A>().data(), step, scale->scalar<ComputeT<T>>().data());
   }
 };
@@ -74,7 +74,7 @@ template <typename T, typename A, typename Tindex>
 struct SparseApplyClippyAdagrad<GPUDevice, T, A, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* accum, const ClippyStep<ComputeT<T>>& step,
-                          Tensor* scale) {
+                          const GradScale<ComputeT<T>>&, Tensor* scale) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     return LaunchSparse<T>(ctx, rows, "SparseApplyClippyAdagrad",
                            [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
@@ -133,7 +133,9 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_rounding_));
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
     }
-    decays_ = kSparse && clippy_adagrad::HasWeightDecay(ctx->num_inputs(), kLight);
+    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
+    decays_ =
+        kSparse && clippy_adagrad::HasWeightDecay(ctx->num_inputs() - num_grad_scales_, kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -161,13 +163,15 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
     if constexpr (kSparse) {
       const Tensor& indices = ctx->input(kIndices);
       OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
+      GradScale<C> grad_scale;
+      OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
       if (indices.NumElements() == 0) {  // nothing touched: nothing clipped
         OP_REQUIRES_OK(ctx, SetScaleToOne(ctx, scale));
         return;
       }
       OP_REQUIRES_OK(ctx, functor::SparseApplyClippyAdagrad<Device, T, A, Tindex>()(
-                              ctx, indices, grad, var, accum, step, scale));
+                              ctx, indices, grad, var, accum, step, grad_scale, scale));
     } else {
       OP_REQUIRES_OK(ctx, ValidateDenseGrad(var->shape(), grad.shape()));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
@@ -184,7 +188,8 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
   bool use_standard_accumulator_update_;
   bool stochastic_rounding_ = false;
   int64_t seed_ = 0;
-  bool decays_ = false;  // a W op: the weight decay is its last input
+  bool decays_ = false;  // a W op: the weight decay is its last input but a Scaled op's grad_scale
+  int num_grad_scales_ = 0;
 };
 
 template <typename Device, typename T, typename A, typename Tindex, bool kSparse, bool kLight>
@@ -215,7 +220,8 @@ class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
     OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
                                                         &use_standard_accumulator_update_));
-    decays_ = clippy_adagrad_averaged::HasWeightDecay(ctx->num_inputs());
+    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
+    decays_ = clippy_adagrad_averaged::HasWeightDecay(ctx->num_inputs() - num_grad_scales_);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -238,6 +244,8 @@ class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
     const Tensor& grad = ctx->input(kGrad);
     const Tensor& indices = ctx->input(kIndices);
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
+    GradScale<C> grad_scale;
+    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
     Tensor* scale = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
     if (indices.NumElements() == 0) {  // nothing touched: nothing clipped, as the two ops
@@ -245,22 +253,27 @@ class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
       return;
     }
     const EigenCpuPool pool(ctx->eigen_cpu_device());
-    OP_REQUIRES_OK(ctx,
-                   cpu::SparseApplyClippyAdagradAveraged<T, Tindex>(
-                       pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
-                       accum->flat<T>().data(), step, lazy, scale->scalar<C>().data()));
+    OP_REQUIRES_OK(ctx, cpu::SparseApplyClippyAdagradAveraged<T, Tindex>(
+                            pool, CpuSparseGrad<T, Tindex>(indices, grad, *var, grad_scale),
+                            var->flat<T>().data(), accum->flat<T>().data(), step, lazy,
+                            scale->scalar<C>().data()));
   }
 
  private:
   bool use_locking_;
   bool clip_accumulator_update_;
   bool use_standard_accumulator_update_;
-  bool decays_;  // the W op: the weight decay is its last input
+  bool decays_;  // the W op: the weight decay is its last input but a Scaled op's grad_scale
+  int num_grad_scales_ = 0;
 };
 
 TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradAveraged",
                                         SparseApplyClippyAdagradAveragedOp)
 TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradWAveraged",
+                                        SparseApplyClippyAdagradAveragedOp)
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradAveragedScaled",
+                                        SparseApplyClippyAdagradAveragedOp)
+TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradWAveragedScaled",
                                         SparseApplyClippyAdagradAveragedOp)
 
 // Ops ResourceSparseApplyClippyAdagradWindow and its W op: the window's
@@ -340,14 +353,17 @@ TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagr
   TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, sparse, kLight, decays, T) \
                                  constraints.TypeConstraint<int64_t>("Tindices"),        \
                              ClippyAdagradOp<Device, T, A, int64_t, true, kLight>);
+#define TF_OPT_OPS_REGISTER_SPARSE_OPS(Device, sparse, sparse_w, kLight, T, A, constraints) \
+  TF_OPT_OPS_REGISTER_SPARSE(Device, sparse, kLight, false, T, A, constraints)              \
+  TF_OPT_OPS_REGISTER_SPARSE(Device, sparse_w, kLight, true, T, A, constraints)
 #define TF_OPT_OPS_REGISTER_OPS(Device, dense, sparse, sparse_w, kLight, T, A, constraints) \
   TF_OPT_OPS_REGISTER_KERNEL(TF_OPT_OPS_CLIPPY_KERNEL(Device, dense, kLight, false, T)      \
                                  constraints,                                               \
                              ClippyAdagradOp<Device, T, A, int32_t, false, kLight>);        \
-  TF_OPT_OPS_REGISTER_SPARSE(Device, sparse, kLight, false, T, A, constraints)              \
-  TF_OPT_OPS_REGISTER_SPARSE(Device, sparse_w, kLight, true, T, A, constraints)
+  TF_OPT_OPS_REGISTER_SPARSE_OPS(Device, sparse, sparse_w, kLight, T, A, constraints)
 // The ops for variables of half, bfloat16, float and double; the V2 ops for
-// tables and accumulators of half, bfloat16 and float.
+// tables and accumulators of half, bfloat16 and float; on the CPU, the sparse
+// ones' Scaled ops too.
 #define TF_OPT_OPS_REGISTER(Device, T)                                   \
   TF_OPT_OPS_REGISTER_OPS(Device, "TfOptOps>ResourceApplyClippyAdagrad", \
                           "TfOptOps>ResourceSparseApplyClippyAdagrad",   \
@@ -357,28 +373,37 @@ TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagr
                           "TfOptOps>ResourceSparseApplyClippyAdagradV2",              \
                           "TfOptOps>ResourceSparseApplyClippyAdagradWV2", true, T, A, \
                           .TypeConstraint<A>("Taccum"))
-#define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T)          \
-  TF_OPT_OPS_REGISTER_LIGHT(Device, T, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_LIGHT(Device, T, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_LIGHT(Device, T, float)
-#define TF_OPT_OPS_REGISTER_DEVICE(Device)             \
-  TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_##Device)    \
-  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_LIGHT_T(Device, float)
-#define TF_OPT_OPS_REGISTER_CPUDevice(T) TF_OPT_OPS_REGISTER(CPUDevice, T)
-TF_OPT_OPS_REGISTER_DEVICE(CPUDevice)
+#define TF_OPT_OPS_REGISTER_CPU_LIGHT(Device, T, A)                                                \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, A)                                                          \
+  TF_OPT_OPS_REGISTER_SPARSE_OPS(Device, "TfOptOps>ResourceSparseApplyClippyAdagradV2Scaled",      \
+                                 "TfOptOps>ResourceSparseApplyClippyAdagradWV2Scaled", true, T, A, \
+                                 .TypeConstraint<A>("Taccum"))
+#define TF_OPT_OPS_REGISTER_LIGHT_T(Light, Device, T) \
+  Light(Device, T, Eigen::half) Light(Device, T, Eigen::bfloat16) Light(Device, T, float)
+#define TF_OPT_OPS_REGISTER_DEVICE(Device, Light)             \
+  TF_CALL_FLOAT_TYPES(TF_OPT_OPS_REGISTER_##Device)           \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Light, Device, Eigen::half)     \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Light, Device, Eigen::bfloat16) \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Light, Device, float)
+#define TF_OPT_OPS_REGISTER_CPUDevice(T)                                                       \
+  TF_OPT_OPS_REGISTER(CPUDevice, T)                                                            \
+  TF_OPT_OPS_REGISTER_SPARSE_OPS(CPUDevice, "TfOptOps>ResourceSparseApplyClippyAdagradScaled", \
+                                 "TfOptOps>ResourceSparseApplyClippyAdagradWScaled", false, T, \
+                                 T, )
+TF_OPT_OPS_REGISTER_DEVICE(CPUDevice, TF_OPT_OPS_REGISTER_CPU_LIGHT)
 #undef TF_OPT_OPS_REGISTER_CPUDevice
 #if GOOGLE_CUDA
 #define TF_OPT_OPS_REGISTER_GPUDevice(T) TF_OPT_OPS_REGISTER(GPUDevice, T)
-TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
+TF_OPT_OPS_REGISTER_DEVICE(GPUDevice, TF_OPT_OPS_REGISTER_LIGHT)
 #undef TF_OPT_OPS_REGISTER_GPUDevice
 #endif  // GOOGLE_CUDA
 #undef TF_OPT_OPS_REGISTER_DEVICE
 #undef TF_OPT_OPS_REGISTER_LIGHT_T
+#undef TF_OPT_OPS_REGISTER_CPU_LIGHT
 #undef TF_OPT_OPS_REGISTER_LIGHT
 #undef TF_OPT_OPS_REGISTER
 #undef TF_OPT_OPS_REGISTER_OPS
+#undef TF_OPT_OPS_REGISTER_SPARSE_OPS
 #undef TF_OPT_OPS_REGISTER_SPARSE
 #undef TF_OPT_OPS_CLIPPY_KERNEL
 

@@ -20,13 +20,15 @@ struct ApplyClippyAdagrad {
 };
 
 // Sparse: validates `indices` (non-empty) against var's rows before any write,
-// sums duplicate rows, then both passes over the touched rows.
+// sums duplicate rows (each value scaled by `grad_scale` first: a Scaled op, which
+// has CPU kernels only), then both passes over
+// the touched rows.
 template <typename Device, typename T, typename A, typename Tindex>
 struct SparseApplyClippyAdagrad {
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& indices,
                           const tensorflow::Tensor& grad, tensorflow::Tensor* var,
                           tensorflow::Tensor* accum, const ClippyStep<ComputeT<T>>& step,
-                          tensorflow::Tensor* scale);
+                          const GradScale<ComputeT<T>>& grad_scale, tensorflow::Tensor* scale);
 };
 
 }  // namespace functor

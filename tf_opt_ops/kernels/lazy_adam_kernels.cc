@@ -30,10 +30,10 @@ template <typename T, typename S, typename Tindex>
 struct SparseApplyLazyAdam<CPUDevice, T, S, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step,
-                          const AdamStateLayout& layout) {
+                          const AdamStateLayout& layout, const GradScale<ComputeT<T>>& grad_scale) {
     const EigenCpuPool pool(ctx->eigen_cpu_device());
     return cpu::SparseApplyLazyAdam<T, S, Tindex>(
-        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
+        pool, CpuSparseGrad<T, Tindex>(indices, grad, *var, grad_scale), var->flat<T>().data(),
         m->flat<S>().data(), v->flat<S>().data(), step, layout);
   }
 };
@@ -46,7 +46,7 @@ template <typename T, typename S, typename Tindex>
 struct SparseApplyLazyAdam<GPUDevice, T, S, Tindex> {
   absl::Status operator()(OpKernelContext* ctx, const Tensor& indices, const Tensor& grad,
                           Tensor* var, Tensor* m, Tensor* v, const AdamStep<ComputeT<T>>& step,
-                          const AdamStateLayout& layout) {
+                          const AdamStateLayout& layout, const GradScale<ComputeT<T>>&) {
     const gpu::SparseRows rows = MakeSparseRows<Tindex>(indices, *var);
     return LaunchSparse<T>(ctx, rows, "SparseApplyLazyAdam",
                            [&](void* scratch, size_t bytes, void* stream, gpu::IndexError* bad) {
@@ -100,7 +100,8 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
       layout_.seed = static_cast<uint64_t>(seed);
     }
-    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs(), kLight);
+    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
+    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs() - num_grad_scales_, kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -115,6 +116,8 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ReadHyperparameters(ctx, decays_ ? WeightDecayInput(kLight) : -1, &hyper));
     AdamStateLayout layout = layout_;
     if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
+    GradScale<C> grad_scale;
+    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
     const Tensor& grad = ctx->input(kGrad);
     const Tensor& indices = ctx->input(kIndices);
     OP_REQUIRES_OK(ctx,
@@ -122,16 +125,17 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     if (indices.NumElements() == 0) return;
     OP_REQUIRES_OK(ctx, functor::SparseApplyLazyAdam<Device, T, S, Tindex>()(
                             ctx, indices, grad, vars.tensor(kVar), vars.tensor(kM), vars.tensor(kV),
-                            hyper.Step(), layout));
+                            hyper.Step(), layout, grad_scale));
   }
 
  private:
   bool use_locking_;
-  bool decays_;  // a W op: the weight decay is its last input
+  bool decays_;  // a W op: the weight decay is its last input but a Scaled op's grad_scale
+  int num_grad_scales_ = 0;
   AdamStateLayout layout_;
 };
 
-// Ops ResourceSparseApplyLazyAdamAveraged and its W op: the lazy Adam of
+// Ops ResourceSparseApplyLazyAdamAveraged and its W op (and their Scaled ops): the lazy Adam of
 // SparseApplyLazyAdamOp (slots of the table's type) with the moving average's
 // catch-up in the same pass (cpu::SparseApplyLazyAdamAveraged). CPU only: on
 // GPUs and in XLA the optimizers run the moving-average op, then lazy Adam.
@@ -142,7 +146,8 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
 
   explicit SparseApplyLazyAdamAveragedOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
-    decays_ = lazy_adam_averaged::HasWeightDecay(ctx->num_inputs());
+    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
+    decays_ = lazy_adam_averaged::HasWeightDecay(ctx->num_inputs() - num_grad_scales_);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -157,6 +162,8 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
     cpu::LazyAverage<T> lazy{};
     OP_REQUIRES_OK(ctx,
                    ReadLazyAverage(ctx, kCount, vars.tensor(3), vars.tensor(kSyncedSlot), &lazy));
+    GradScale<C> grad_scale;
+    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
     Tensor* var = vars.tensor(0);
     Tensor* m = vars.tensor(1);
     Tensor* v = vars.tensor(2);
@@ -165,15 +172,16 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
     if (indices.NumElements() == 0) return;
     const EigenCpuPool pool(ctx->eigen_cpu_device());
-    OP_REQUIRES_OK(ctx,
-                   cpu::SparseApplyLazyAdamAveraged<T, Tindex>(
-                       pool, CpuSparseGrad<T, Tindex>(indices, grad, *var), var->flat<T>().data(),
-                       m->flat<T>().data(), v->flat<T>().data(), hyper.Step(), lazy));
+    OP_REQUIRES_OK(ctx, cpu::SparseApplyLazyAdamAveraged<T, Tindex>(
+                            pool, CpuSparseGrad<T, Tindex>(indices, grad, *var, grad_scale),
+                            var->flat<T>().data(), m->flat<T>().data(), v->flat<T>().data(),
+                            hyper.Step(), lazy));
   }
 
  private:
   bool use_locking_;
-  bool decays_;  // the W op: the weight decay is its last input
+  bool decays_;  // the W op: the weight decay is its last input but a Scaled op's grad_scale
+  int num_grad_scales_ = 0;
 };
 
 #define TF_OPT_OPS_REGISTER_AVERAGED(Op, T, Tindex)                   \
@@ -182,9 +190,11 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
                                  .TypeConstraint<T>("T")              \
                                  .TypeConstraint<Tindex>("Tindices"), \
                              SparseApplyLazyAdamAveragedOp<T, Tindex>);
-#define TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, Tindex)                                     \
-  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamAveraged", T, Tindex) \
-  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamWAveraged", T, Tindex)
+#define TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, Tindex)                                           \
+  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamAveraged", T, Tindex)       \
+  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamWAveraged", T, Tindex)      \
+  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamAveragedScaled", T, Tindex) \
+  TF_OPT_OPS_REGISTER_AVERAGED("TfOptOps>ResourceSparseApplyLazyAdamWAveragedScaled", T, Tindex)
 #define TF_OPT_OPS_REGISTER_AVERAGED_T(T)        \
   TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, int32_t) \
   TF_OPT_OPS_REGISTER_AVERAGED_INDEX(T, int64_t)
@@ -304,7 +314,8 @@ TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWWi
 // The kernels of the four ops on Device, with both index types:
 // ResourceSparseApplyLazyAdam and its W op for tables of half, bfloat16, float
 // and double (TF_OPT_OPS_REGISTER_T), the V2 op and its W op for tables and
-// slots of half, bfloat16 and float (TF_OPT_OPS_REGISTER_LIGHT_T).
+// slots of half, bfloat16 and float (TF_OPT_OPS_REGISTER_LIGHT_T); with
+// `Suffix` "Scaled", the kernels of their Scaled ops (the CPU only).
 #define TF_OPT_OPS_REGISTER_OP(Op, decays, Device, T, Tindex)                                 \
   TF_OPT_OPS_REGISTER_KERNEL(                                                                 \
       KernelOn(Name(Op), !std::is_same_v<Device, CPUDevice>, lazy_adam::kHyperparameterNames, \
@@ -320,33 +331,35 @@ TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyLazyAdamWWi
           .TypeConstraint<S>("Tslot")                                                         \
           .TypeConstraint<Tindex>("Tindices"),                                                \
       SparseApplyLazyAdamOp<Device, T, S, Tindex, true>);
-#define TF_OPT_OPS_REGISTER(Device, T, Tindex)                                             \
-  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam", false, Device, T, Tindex) \
-  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamW", true, Device, T, Tindex)
-#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex)                                       \
-  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamV2", false, Device, T, S, \
-                               Tindex)                                                        \
-  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamWV2", true, Device, T, S, \
-                               Tindex)
-#define TF_OPT_OPS_REGISTER_T(Device, T) \
-  TF_OPT_OPS_REGISTER(Device, T, int32_t) TF_OPT_OPS_REGISTER(Device, T, int64_t)
-#define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S) \
-  TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int32_t) TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int64_t)
-#define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T)             \
-  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, float)
-#define TF_OPT_OPS_REGISTER_DEVICE(Device)             \
-  TF_OPT_OPS_REGISTER_T(Device, Eigen::half)           \
-  TF_OPT_OPS_REGISTER_T(Device, Eigen::bfloat16)       \
-  TF_OPT_OPS_REGISTER_T(Device, float)                 \
-  TF_OPT_OPS_REGISTER_T(Device, double)                \
-  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::half)     \
-  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::bfloat16) \
-  TF_OPT_OPS_REGISTER_LIGHT_T(Device, float)
-TF_OPT_OPS_REGISTER_DEVICE(CPUDevice)
+#define TF_OPT_OPS_REGISTER(Device, T, Tindex, Suffix)                                            \
+  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdam" Suffix, false, Device, T, Tindex) \
+  TF_OPT_OPS_REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamW" Suffix, true, Device, T, Tindex)
+#define TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, Tindex, Suffix)                                   \
+  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamV2" Suffix, false, Device, T, \
+                               S, Tindex)                                                         \
+  TF_OPT_OPS_REGISTER_LIGHT_OP("TfOptOps>ResourceSparseApplyLazyAdamWV2" Suffix, true, Device, T, \
+                               S, Tindex)
+#define TF_OPT_OPS_REGISTER_T(Device, T, Suffix) \
+  TF_OPT_OPS_REGISTER(Device, T, int32_t, Suffix) TF_OPT_OPS_REGISTER(Device, T, int64_t, Suffix)
+#define TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, S, Suffix) \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int32_t, Suffix) \
+  TF_OPT_OPS_REGISTER_LIGHT(Device, T, S, int64_t, Suffix)
+#define TF_OPT_OPS_REGISTER_LIGHT_T(Device, T, Suffix)             \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::half, Suffix)     \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, Eigen::bfloat16, Suffix) \
+  TF_OPT_OPS_REGISTER_LIGHT_TS(Device, T, float, Suffix)
+#define TF_OPT_OPS_REGISTER_DEVICE(Device, Suffix)             \
+  TF_OPT_OPS_REGISTER_T(Device, Eigen::half, Suffix)           \
+  TF_OPT_OPS_REGISTER_T(Device, Eigen::bfloat16, Suffix)       \
+  TF_OPT_OPS_REGISTER_T(Device, float, Suffix)                 \
+  TF_OPT_OPS_REGISTER_T(Device, double, Suffix)                \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::half, Suffix)     \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, Eigen::bfloat16, Suffix) \
+  TF_OPT_OPS_REGISTER_LIGHT_T(Device, float, Suffix)
+TF_OPT_OPS_REGISTER_DEVICE(CPUDevice, "")
+TF_OPT_OPS_REGISTER_DEVICE(CPUDevice, "Scaled")
 #if GOOGLE_CUDA
-TF_OPT_OPS_REGISTER_DEVICE(GPUDevice)
+TF_OPT_OPS_REGISTER_DEVICE(GPUDevice, "")
 #endif
 #undef TF_OPT_OPS_REGISTER_DEVICE
 #undef TF_OPT_OPS_REGISTER_LIGHT_T

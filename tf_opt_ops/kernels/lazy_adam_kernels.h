@@ -9,16 +9,18 @@
 namespace tf_opt_ops {
 namespace functor {
 
-// Validates `indices` against var's rows, sums duplicate rows of `grad`, and
-// updates var, m, v on the touched rows, the slots of type S kept as
-// `layout` says. Returns an error before any write. `indices` is non-empty
-// and every other input was validated by the caller.
+// Validates `indices` against var's rows, sums duplicate rows of `grad` (each
+// value scaled by `grad_scale` first: a Scaled op, which has CPU kernels
+// only), and updates var, m, v on the touched rows, the
+// slots of type S kept as `layout` says. Returns an error before any write.
+// `indices` is non-empty and every other input was validated by the caller.
 template <typename Device, typename T, typename S, typename Tindex>
 struct SparseApplyLazyAdam {
   absl::Status operator()(tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& indices,
                           const tensorflow::Tensor& grad, tensorflow::Tensor* var,
                           tensorflow::Tensor* m, tensorflow::Tensor* v,
-                          const AdamStep<ComputeT<T>>& step, const AdamStateLayout& layout);
+                          const AdamStep<ComputeT<T>>& step, const AdamStateLayout& layout,
+                          const GradScale<ComputeT<T>>& grad_scale);
 };
 
 }  // namespace functor

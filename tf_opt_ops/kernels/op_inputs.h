@@ -28,6 +28,7 @@
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
 #include "tf_opt_ops/core/cpu_kernels.h"
+#include "tf_opt_ops/core/grad_scale_interface.h"
 #include "tf_opt_ops/core/moving_average_interface.h"
 #include "tf_opt_ops/kernels/input_checks.h"
 #include "tf_opt_ops/platform/huge_pages.h"
@@ -236,14 +237,51 @@ absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* ou
   return absl::OkStatus();
 }
 
+// The number of an op's grad_scale inputs (grad_scale_interface.h): its attr
+// num_grad_scales on a Scaled op, 0 on the ops without the inputs.
+inline absl::Status GetNumGradScales(tensorflow::OpKernelConstruction* ctx, int* count) {
+  *count = 0;
+  if (!ctx->HasAttr(grad_scale::kCountAttr)) return absl::OkStatus();
+  TF_RETURN_IF_ERROR(ctx->GetAttr(grad_scale::kCountAttr, count));
+  if (*count > grad_scale::kMaxCount) {
+    return InvalidArgument("num_grad_scales = ", *count, " but the op takes at most ",
+                           grad_scale::kMaxCount,
+                           " grad_scale inputs: a factor, or a factor and a divisor.");
+  }
+  return absl::OkStatus();
+}
+
+// Reads an op's `count` grad_scale inputs (GetNumGradScales), its last:
+// scalars of the gradient's dtype T (the op's type constraint).
+template <typename T>
+absl::Status ReadGradScale(OpKernelContext* ctx, int count, GradScale<ComputeT<T>>* scale) {
+  using C = ComputeT<T>;
+  const int first = grad_scale::FirstInput(ctx->num_inputs(), count);
+  C values[grad_scale::kMaxCount] = {C(1), C(1)};
+  for (int k = 0; k < count; ++k) {
+    const Tensor& t = ctx->input(first + k);
+    if (!TensorShapeUtils::IsScalar(t.shape())) {
+      return InvalidArgument(grad_scale::kName, "[", k, "] must be a scalar, got shape ",
+                             t.shape().DebugString());
+    }
+    values[k] = static_cast<C>(t.scalar<T>()());
+  }
+  *scale = GradScale<C>{count, values[0], values[1]};
+  return absl::OkStatus();
+}
+
 // A sparse op's validated inputs as the CPU updates (cpu_kernels.h) take them.
 template <typename T, typename Tindex>
 cpu::SparseGrad<T, Tindex> CpuSparseGrad(const Tensor& indices, const Tensor& grad,
-                                         const Tensor& var) {
+                                         const Tensor& var,
+                                         const GradScale<ComputeT<T>>& scale = {}) {
   const int64_t num_rows = var.dim_size(0);
-  return cpu::SparseGrad<T, Tindex>{indices.flat<Tindex>().data(), indices.NumElements(),
-                                    grad.flat<T>().data(), num_rows,
-                                    num_rows > 0 ? var.NumElements() / num_rows : 0};
+  return cpu::SparseGrad<T, Tindex>{indices.flat<Tindex>().data(),
+                                    indices.NumElements(),
+                                    grad.flat<T>().data(),
+                                    num_rows,
+                                    num_rows > 0 ? var.NumElements() / num_rows : 0,
+                                    scale};
 }
 
 // The averaged ops' variables (an optimizer's with a moving average kept in

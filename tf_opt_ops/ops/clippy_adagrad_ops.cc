@@ -259,6 +259,49 @@ weight_decay: the decay, a scalar of Tscalar (float32); the other inputs,
 attrs and the output are ResourceSparseApplyClippyAdagradV2's.
 )doc");
 
+// The Scaled ops: the sparse ops above with the scale of their gradient values
+// (Keras' clipnorm and global_clipnorm) as their last inputs
+// (grad_scale_interface.h), read scaled in both passes. Ops of their own, as
+// the W ops.
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradScaled")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.Attr("Tindices: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, ClippyShape</*kSparse=*/true, /*kLight=*/false>(c));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyClippyAdagrad"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradV2Scaled")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Input("step: int64")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.Attr("Tindices: {int32, int64}")
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, ClippyShape</*kSparse=*/true, /*kLight=*/true>(c));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyClippyAdagradV2"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWScaled")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.Attr("Tindices: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c,
+                            ClippyShape</*kSparse=*/true, /*kLight=*/false, /*kDecays=*/true>(c));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyClippyAdagradW"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWV2Scaled")
+    .TF_OPT_OPS_CLIPPY_SIGNATURE.Input("indices: Tindices")
+    .Input("step: int64")
+    .Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.Attr("Tindices: {int32, int64}")
+    .TF_OPT_OPS_CLIPPY_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, ClippyShape</*kSparse=*/true, /*kLight=*/true, /*kDecays=*/true>(c));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyClippyAdagradWV2"));
+
 // The ops of sparse Clippy with the table's moving average kept in its update
 // pass: sparse Clippy's inputs, then the moving average's (the W op adds the
 // weight decay last).
@@ -318,6 +361,22 @@ ResourceSparseApplyClippyAdagradW does (its doc states it). CPU only.
 weight_decay: the decay, a scalar of Tscalar; the other inputs, attrs and the
 output are ResourceSparseApplyClippyAdagradAveraged's.
 )doc");
+
+// The Scaled ops of the averaged ops (see the Scaled ops above).
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradAveragedScaled")
+    .TF_OPT_OPS_CLIPPY_AVERAGED_INPUTS.TF_OPT_OPS_GRAD_SCALE_INPUT.Attr("Tindices: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, ClippyAveragedShape</*kDecays=*/false>(c));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyClippyAdagradAveraged"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradWAveragedScaled")
+    .TF_OPT_OPS_CLIPPY_AVERAGED_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.Attr("Tindices: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, ClippyAveragedShape</*kDecays=*/true>(c));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyClippyAdagradWAveraged"));
 
 // The ops of a gradient accumulation window's apply step: sparse Clippy's
 // inputs (grad and indices the window's last micro-step), then the window's

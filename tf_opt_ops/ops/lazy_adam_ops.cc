@@ -215,6 +215,44 @@ weight_decay: the decay, a scalar of Tscalar (float32); the other inputs and
 attrs are ResourceSparseApplyLazyAdamV2's.
 )doc");
 
+// The Scaled ops: the ops above with the scale of their gradient values
+// (Keras' clipnorm and global_clipnorm) as their last inputs
+// (grad_scale_interface.h), applied where the kernel reads each value instead
+// of in a tensor of scaled values before the op. Ops of their own, as the W
+// ops, so that graphs and generated Python wrappers of the ops above stay as
+// they are.
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamScaled")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.TF_OPT_OPS_GRAD_SCALE_INPUT.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, LazyAdamShape(c, /*decays=*/false));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyLazyAdam"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWScaled")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, LazyAdamShape(c, /*decays=*/true));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyLazyAdamW"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamV2Scaled")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("step: int64")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.TF_OPT_OPS_LAZY_ADAM_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, LazyAdamV2Shape(c, /*decays=*/false));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyLazyAdamV2"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWV2Scaled")
+    .TF_OPT_OPS_LAZY_ADAM_INPUTS.Input("step: int64")
+    .Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.TF_OPT_OPS_LAZY_ADAM_V2_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, LazyAdamV2Shape(c, /*decays=*/true));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyLazyAdamWV2"));
+
 // The ops of lazy Adam with the table's moving average kept in the same
 // pass: lazy Adam's inputs, then the moving average's (the W op adds the
 // weight decay last).
@@ -277,6 +315,22 @@ ResourceSparseApplyLazyAdamW does (its doc states it). CPU only.
 weight_decay: the decay, a scalar of Tscalar; the other inputs and attrs are
 ResourceSparseApplyLazyAdamAveraged's.
 )doc");
+
+// The Scaled ops of the averaged ops (see the Scaled ops above).
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamAveragedScaled")
+    .TF_OPT_OPS_LAZY_ADAM_AVERAGED_INPUTS.TF_OPT_OPS_GRAD_SCALE_INPUT.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, LazyAdamAveragedShape(c, /*decays=*/false));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyLazyAdamAveraged"));
+
+REGISTER_OP("TfOptOps>ResourceSparseApplyLazyAdamWAveragedScaled")
+    .TF_OPT_OPS_LAZY_ADAM_AVERAGED_INPUTS.Input("weight_decay: Tscalar")
+    .TF_OPT_OPS_GRAD_SCALE_INPUT.TF_OPT_OPS_LAZY_ADAM_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      return CheckGradScale(c, LazyAdamAveragedShape(c, /*decays=*/true));
+    })
+    .Doc(TF_OPT_OPS_SCALED_DOC("ResourceSparseApplyLazyAdamWAveraged"));
 
 // The ops of a gradient accumulation window's apply step: lazy Adam's inputs
 // (grad and indices the window's last micro-step), then the window's (the W op

@@ -5,7 +5,9 @@
 
 #include <initializer_list>
 
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_opt_ops/core/grad_scale_interface.h"
 
 namespace tf_opt_ops {
 
@@ -41,6 +43,38 @@ inline absl::Status CheckScalarInputs(InferenceContext* c, int first, int count)
     TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
   }
   return absl::OkStatus();
+}
+
+// The grad_scale inputs (grad_scale_interface.h), after every other input of
+// a Scaled op, and their number.
+#define TF_OPT_OPS_GRAD_SCALE_INPUT \
+  Input("grad_scale: num_grad_scales * T").Attr("num_grad_scales: int >= 1")
+
+// The documentation of a Scaled op: `op` (a string literal, the op it extends)
+// with the scale of its gradient values.
+#define TF_OPT_OPS_SCALED_DOC(op)                                                                \
+  op " with its gradient values scaled where it reads them.\n\n"                                 \
+     "Each gradient value g is read as g * grad_scale[0], or with two grad_scale inputs as\n"    \
+     "(g * grad_scale[0]) / grad_scale[1], each operation rounded to T, before duplicate rows\n" \
+     "are summed: the results of " op                                                            \
+     " fed those values, bit for bit (Keras' global_clipnorm\n"                                  \
+     "and clipnorm), without a tensor of them. CPU only.\n\n"                                    \
+     "grad_scale: a factor, or a factor and a divisor, of the gradient values: scalars of T.\n"  \
+     "num_grad_scales: the number of grad_scale inputs, 1 or 2.\n"                               \
+     "The other inputs, attrs and outputs are " op "'s.\n"
+
+// `status`, the shape function's of the op a Scaled op extends; then the
+// grad_scale inputs, at most grad_scale::kMaxCount scalars.
+inline absl::Status CheckGradScale(InferenceContext* c, absl::Status status) {
+  TF_RETURN_IF_ERROR(status);
+  int count = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr(grad_scale::kCountAttr, &count));
+  if (count > grad_scale::kMaxCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_grad_scales = ", count, " but the op takes at most ", grad_scale::kMaxCount,
+        " grad_scale inputs: a factor, or a factor and a divisor."));
+  }
+  return CheckScalarInputs(c, grad_scale::FirstInput(c->num_inputs(), count), count);
 }
 
 // var is at least 1-D (indices name its rows), grad is [N, var.shape[1:]...]

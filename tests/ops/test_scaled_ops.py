@@ -1,0 +1,269 @@
+"""The Scaled ops (`ResourceSparseApplyLazyAdamScaled`, ... `ResourceSparseApplyClippyAdagrad
+WAveragedScaled`): Keras' clip factor applied where the op reads each gradient value.
+
+Each Scaled op with `grad_scale` (a factor, or a factor and a divisor, in the table's dtype)
+equals, bit for bit, the op it extends fed the values scaled first in TensorFlow in that dtype
+(`values * factor`, `/ divisor`: what Keras' global_clipnorm and clipnorm hand it), for every
+table dtype, both index dtypes, duplicate and distinct indices, eager and tf.function, with and
+without weight decay and with light state. The ops it extends keep their inputs and generated
+wrappers. Why: see docs/design.md, "Clipping in the update".
+"""
+
+import inspect
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_opt_ops import ops
+from tf_opt_ops import reference
+from tf_opt_ops._loader import load_library
+
+import common
+from common import stored_tensor
+from common import stored_values
+
+ROWS, DIM = 12, 37  # not a multiple of the 8 lanes of the float16 row loops
+INDICES = {
+    "duplicates": [3, 0, 3, 7, 3, 11, 5, 0],
+    "distinct": [3, 0, 7, 11, 5, 9, 2, 10],
+}
+HYPER = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
+CLIPPY_HYPER = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.05,
+                    accumulator_relative_threshold=0.0, absolute_threshold=1e-4)
+# (factor,): global_clipnorm's scale; (factor, divisor): clipnorm's clip norm over the norm.
+SCALES = {"factor": (0.371,), "factor-divisor": (1.3, 7.77)}
+WEIGHT_DECAY = 0.3
+
+
+def _grad_scale(scale, dtype):
+  return tuple(tf.cast(tf.constant(x, tf.float64), dtype) for x in scale)
+
+
+def _prescaled(grad, grad_scale):
+  """The values as Keras scales them: in their dtype, multiplied, then divided."""
+  out = grad * grad_scale[0]
+  return out / grad_scale[1] if len(grad_scale) == 2 else out
+
+
+def _table_variables(dtype, shapes, seed):
+  rng = np.random.default_rng(seed)
+  out = []
+  for k, (shape, slot_dtype) in enumerate(shapes):
+    low, high = ((-1.0, 1.0), (0.0, 0.1), (0.0, 1e-3))[min(k, 2)]
+    out.append(
+        tf.Variable(
+            stored_tensor(reference.random_values(rng, shape, slot_dtype, low, high), slot_dtype)))
+  return out
+
+
+def _grad(dtype, n, seed=7):
+  return stored_tensor(
+      reference.random_values(np.random.default_rng(seed), (n, DIM), dtype, -3.0, 3.0), dtype)
+
+
+def _run(update, variables, mode):
+  if mode == "eager":
+    return update()
+  return tf.function(update)()
+
+
+def _assert_same_bits(ours, theirs, dtypes):
+  for x, y, d in zip(ours, theirs, dtypes):
+    np.testing.assert_array_equal(stored_values(x, d), stored_values(y, d))
+
+
+def _moving_average(dtype, seed):
+  """The averaged ops' (average, synced, count, ema_momentum)."""
+  average, = _table_variables(dtype, [((ROWS, DIM), dtype)], seed)
+  synced = tf.Variable(np.arange(ROWS, dtype=np.int32) % 3)
+  return average, synced, 4, 0.9
+
+
+def _lazy_adam_pair(dtype, index_dtype, indices, mode, decays, scale, averaged=False, light=None,
+                    n_rows=ROWS):
+  """(variables of the Scaled op's run, variables of the prescaled run, their dtypes)."""
+  light = light or {}
+  slot_dtype = light.get("slot_dtype", dtype)
+  v_shape = (n_rows,) if light.get("rowwise_second_moment") else (n_rows, DIM)
+  shapes = [((n_rows, DIM), dtype), ((n_rows, DIM), slot_dtype), (v_shape, slot_dtype)]
+  grad = _grad(dtype, len(indices))
+  grad_scale = _grad_scale(scale, dtype)
+  runs = []
+  for scaled in (True, False):
+    variables = _table_variables(dtype, shapes, seed=1)
+    moving_average = _moving_average(dtype, seed=2) if averaged else None
+
+    def update(variables=variables, scaled=scaled, moving_average=moving_average):
+      var, m, v = variables
+      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, grad_scale),
+                           tf.constant(indices, index_dtype), beta_1_power=0.9**3,
+                           beta_2_power=0.999**3, step=3,
+                           weight_decay=WEIGHT_DECAY if decays else None,
+                           moving_average=moving_average, grad_scale=grad_scale if scaled else None,
+                           **HYPER, **light)
+
+    _run(update, variables, mode)
+    runs.append(variables + (list(moving_average[:2]) if averaged else []))
+  dtypes = [dtype, slot_dtype, slot_dtype] + ([dtype, "int32"] if averaged else [])
+  return runs[0], runs[1], dtypes
+
+
+LIGHT_CASES = {
+    "float32-bfloat16-slots": ("float32", dict(slot_dtype="bfloat16")),
+    "float16-float32-slots-rowwise":
+        ("float16", dict(slot_dtype="float32", rowwise_second_moment=True)),
+    "bfloat16-stochastic": ("bfloat16", dict(slot_dtype="bfloat16", stochastic_rounding=True)),
+}
+
+
+@pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("case", LIGHT_CASES)
+def test_lazy_adam_v2_scaled_is_the_op_fed_scaled_values(case, scale, mode, decays):
+  dtype, light = LIGHT_CASES[case]
+  ours, theirs, dtypes = _lazy_adam_pair(dtype, np.int64, INDICES["duplicates"], mode, decays,
+                                         SCALES[scale], light=light)
+  _assert_same_bits(ours, theirs, dtypes)
+
+
+def _clippy_pair(dtype, index_dtype, indices, mode, decays, scale, averaged=False, light=None,
+                 n_rows=ROWS):
+  light = light or {}
+  accum_dtype = light.get("accumulator_dtype", dtype)
+  grad = _grad(dtype, len(indices))
+  grad_scale = _grad_scale(scale, dtype)
+  runs, op_scales = [], []
+  for scaled in (True, False):
+    variables = _table_variables(dtype, [((n_rows, DIM), dtype), ((n_rows, DIM), accum_dtype)],
+                                 seed=1)
+    moving_average = _moving_average(dtype, seed=2) if averaged else None
+
+    def update(variables=variables, scaled=scaled, moving_average=moving_average):
+      var, accum = variables
+      return ops.sparse_clippy_adagrad(var, accum, grad if scaled else _prescaled(grad, grad_scale),
+                                       tf.constant(indices, index_dtype),
+                                       weight_decay=WEIGHT_DECAY if decays else None,
+                                       moving_average=moving_average,
+                                       grad_scale=grad_scale if scaled else None, step=3,
+                                       **CLIPPY_HYPER, **light)
+
+    op_scales.append(_run(update, variables, mode).numpy())
+    runs.append(variables + (list(moving_average[:2]) if averaged else []))
+  np.testing.assert_array_equal(op_scales[0], op_scales[1])
+  dtypes = [dtype, accum_dtype] + ([dtype, "int32"] if averaged else [])
+  return runs[0], runs[1], dtypes
+
+
+PAIRS = {"lazy_adam": _lazy_adam_pair, "clippy": _clippy_pair}
+
+
+@pytest.mark.parametrize("variant", ["duplicates", "distinct", "averaged"])
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("op", PAIRS)
+@common.fused_op_cases
+def test_the_scaled_op_is_the_op_fed_scaled_values(dtype, index_dtype, mode, decays, op, scale,
+                                                   variant):
+  # Duplicate indices read through the summed rows, distinct ones through each work item's
+  # buffer; "averaged": the ops keeping the moving average in the update's pass.
+  averaged = variant == "averaged"
+  indices = INDICES["duplicates" if averaged else variant]
+  ours, theirs, dtypes = PAIRS[op](dtype, index_dtype, indices, mode, decays, SCALES[scale],
+                                   averaged=averaged)
+  _assert_same_bits(ours, theirs, dtypes)
+
+
+@pytest.mark.parametrize("decays", [False, True], ids=["plain", "weight-decay"])
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_clippy_v2_scaled_is_the_op_fed_scaled_values(dtype, scale, decays):
+  accumulator = "float32" if dtype != "float32" else "bfloat16"
+  ours, theirs, dtypes = _clippy_pair(
+      dtype, np.int32, INDICES["duplicates"], "function", decays, SCALES[scale],
+      light=dict(accumulator_dtype=accumulator, stochastic_rounding=dtype != "float32"))
+  _assert_same_bits(ours, theirs, dtypes)
+
+
+@pytest.mark.parametrize("indices", INDICES)
+@pytest.mark.parametrize("op", ["lazy_adam", "clippy"])
+def test_large_batches_split_over_threads_scale_alike(op, indices):
+  # Past the size run on the calling thread: each work item scales into a buffer of its own.
+  rows, n = 4096, 8192
+  rng = np.random.default_rng(3)
+  ids = rng.integers(0, rows, size=n) if indices == "duplicates" else rng.permutation(rows)[:n // 2]
+  ours, theirs, dtypes = PAIRS[op]("float32", np.int64, ids, "eager", True,
+                                   SCALES["factor-divisor"], n_rows=rows)
+  _assert_same_bits(ours, theirs, dtypes)
+
+
+# ------------------------------------------------------------------------------- the interface
+
+SCALED_OPS = [
+    name + "Scaled"
+    for name in ops.OP_NAMES
+    if "Sparse" in name and ("LazyAdam" in name or "ClippyAdagrad" in name) and
+    "Window" not in name and not name.endswith("Scaled")
+]
+
+
+def test_each_sparse_op_but_the_window_ops_has_a_scaled_op():
+  assert len(SCALED_OPS) == 12, SCALED_OPS
+  assert set(SCALED_OPS) <= set(ops.OP_NAMES)
+
+
+@pytest.mark.parametrize("name", SCALED_OPS)
+def test_a_scaled_op_is_its_op_with_the_scale_last(name):
+  # What keeps graphs and generated wrappers of the ops without the scale as they are.
+  from tensorflow.python.framework import op_def_registry
+
+  load_library()
+  base = op_def_registry.get(name[:-len("Scaled")])
+  scaled = op_def_registry.get(name)
+  base_inputs = [arg.name for arg in base.input_arg]
+  assert [arg.name for arg in scaled.input_arg] == base_inputs + ["grad_scale"]
+  assert "grad_scale" not in base_inputs
+  assert "num_grad_scales" not in {attr.name for attr in base.attr}
+
+
+def test_the_wrappers_of_the_ops_without_the_scale_are_unchanged():
+  lib = load_library()
+  signature = inspect.signature(lib.tf_opt_ops_resource_sparse_apply_lazy_adam)
+  assert "grad_scale" not in signature.parameters
+  signature = inspect.signature(lib.tf_opt_ops_resource_sparse_apply_lazy_adam_scaled)
+  assert "grad_scale" in signature.parameters
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_a_non_scalar_grad_scale_is_refused_before_any_write(mode):
+  var, m, v = (tf.Variable(tf.ones((3, 2))) for _ in range(3))
+
+  def update():
+    ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), [0], beta_1_power=0.9, beta_2_power=0.999,
+                         grad_scale=(tf.constant([0.5, 0.5]),))
+
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="grad_scale"):
+    _run(update, None, mode)
+  np.testing.assert_array_equal(var.numpy(), np.ones((3, 2), np.float32))
+
+
+def test_more_than_two_grad_scales_are_refused():
+  var, accum = tf.Variable(tf.ones((3, 2))), tf.Variable(tf.ones((3, 2)))
+  with pytest.raises(ValueError, match="grad_scale= is"):
+    ops.sparse_clippy_adagrad(var, accum, tf.ones((1, 2)), [0], grad_scale=(1.0, 2.0, 3.0))
+  lib = load_library()
+  with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="num_grad_scales = 3"):
+    tf.function(lambda: lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad_scaled(
+        var=var.handle, accum=accum.handle, lr=0.1, epsilon=1e-7, variable_relative_threshold=0.1,
+        accumulator_relative_threshold=0.0, absolute_threshold=1e-7, grad=tf.ones(
+            (1, 2)), indices=[0], grad_scale=[1.0, 2.0, 3.0]))()
+  np.testing.assert_array_equal(var.numpy(), np.ones((3, 2), np.float32))
+
+
+def test_window_ops_take_no_scale():
+  var, m, v, accumulator = (tf.Variable(tf.ones((3, 2))) for _ in range(4))
+  row_ids, row_count = tf.Variable(tf.zeros([3], tf.int32)), tf.Variable(0)
+  with pytest.raises(ValueError, match="no window op takes grad_scale"):
+    ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), tf.constant([0]), beta_1_power=0.9,
+                         beta_2_power=0.999, window=(accumulator, row_ids, row_count, 2),
+                         grad_scale=(0.5,))

@@ -1,0 +1,30 @@
+// The scale of a sparse op's gradient values (Keras' clipnorm and
+// global_clipnorm, applied where the op reads each value instead of in a
+// tensor of scaled values before it), stated once for every Scaled op (those
+// of lazy Adam and its W, V2 and averaged ops, and of sparse Clippy Adagrad
+// and its W, V2 and averaged ops): its inputs come after all the inputs of
+// the op it extends, as the list input `grad_scale: num_grad_scales * T`.
+// Ops of their own, so that the ops they extend, their graphs and generated
+// Python wrappers stay as they are. TensorFlow-free, as the other interfaces.
+// Why: see docs/design.md, "Clipping in the update".
+#ifndef TF_OPT_OPS_CORE_GRAD_SCALE_INTERFACE_H_
+#define TF_OPT_OPS_CORE_GRAD_SCALE_INTERFACE_H_
+
+namespace tf_opt_ops {
+namespace grad_scale {
+
+constexpr const char* kName = "grad_scale";
+constexpr const char* kCountAttr = "num_grad_scales";
+
+// 0: no scale; 1: each value g read as g * grad_scale[0]; 2: as
+// (g * grad_scale[0]) / grad_scale[1] (optimizer_math.h's GradScale).
+constexpr int kMaxCount = 2;
+
+// The first grad_scale input of an op with `num_inputs` inputs, `count` of
+// them the scale's.
+constexpr int FirstInput(int num_inputs, int count) { return num_inputs - count; }
+
+}  // namespace grad_scale
+}  // namespace tf_opt_ops
+
+#endif  // TF_OPT_OPS_CORE_GRAD_SCALE_INTERFACE_H_
