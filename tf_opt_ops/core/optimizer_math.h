@@ -38,6 +38,17 @@
 #define TF_OPT_OPS_ROW_LOOP inline __attribute__((flatten))
 #endif
 
+// Two vectors per iteration of LazyAdamRow's element loop on the avx512 level
+// (cpu_isa.h): GCC's one-vector AVX-512 loop with the weight decay ran 1.2x as
+// long as without it on tables far larger than the caches, the two-vector one
+// 1.03x; at the 256-bit levels two vectors made bfloat16 rows 9% (bare) to
+// 17% (with the decay) slower (docs/benchmarks.md, "W op").
+#if defined(__AVX512F__) && !defined(__CUDACC__)
+#define TF_OPT_OPS_ADAM_ROW_UNROLL _Pragma("GCC unroll 2")
+#else
+#define TF_OPT_OPS_ADAM_ROW_UNROLL
+#endif
+
 // Eigen's 16-bit types, for Load/Store and HalfKindOf below.
 namespace Eigen {
 struct half;
@@ -565,6 +576,7 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_R
       }
     }
 #endif
+    TF_OPT_OPS_ADAM_ROW_UNROLL
     for (; j < n; ++j) {
       LazyAdamElement<kStochastic, T, S, C, kDecay>(var + j, m + j, v + j, Load<C>(g[j]), s, noise,
                                                     j);
