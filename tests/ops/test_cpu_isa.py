@@ -433,13 +433,13 @@ def test_a_level_the_cpu_lacks_runs_the_best_with_one_warning(requested):
   assert f"TF_OPT_OPS_CPU_ISA={requested}" in warnings[0] and best in warnings[0], warnings
 
 
-# The fused ops' loops (a window's average, or a moving average's catch-up, and the update in one
-# pass) are compiled per level as well; their own files compare them with the two ops bit for
-# bit, which the cases above compare across levels. So those files, run at each lower level,
-# carry the same-bits promise to them.
+# The fused ops' loops (a window's average, a moving average's catch-up, or a clip factor applied
+# as each gradient value is read, and the update in one pass) are compiled per level as well;
+# their own files compare them with the unfused ops bit for bit, which the cases above compare
+# across levels. So those files, run at each lower level, carry the same-bits promise to them.
 FUSED_OP_TESTS = ("test_lazy_adam_window_op.py", "test_clippy_adagrad_window_op.py",
                   "test_lazy_adam_averaged_op.py", "test_clippy_adagrad_averaged_op.py",
-                  "test_lazy_adam_window_averaged_op.py")
+                  "test_lazy_adam_window_averaged_op.py", "test_scaled_ops.py")
 
 
 @pytest.mark.parametrize("level", levels_here()[:-1])
