@@ -211,6 +211,41 @@ class ScaledSlices(tf.IndexedSlices):
     return self._scaled[1]
 
 
+def scaled_slices_of(values, indices):
+  """`IndexedSlices(values, indices)` as a `ScaledSlices` where `values` is, in a graph, the
+  product `x * factor` or the quotient `x * factor / divisor` (through identities) of `x` by
+  tensors of one value each: what `tf.clip_by_norm` and `tf.clip_by_global_norm` make of a
+  slice's values, which tf_keras' legacy OptimizerV2 hands the update split from their indices.
+  The Scaled ops compute `x * factor / divisor` as those ops do, each operation rounded to the
+  values' dtype: the same bits, and the graph's multiply, unused, is pruned. None for other
+  values, and in eager mode (the product is computed already)."""
+  if tf.executing_eagerly() or not hasattr(values, "op") or values.shape.rank is None:
+    return None
+
+  def one_value(t):
+    return t.shape.is_fully_defined() and t.shape.num_elements() == 1 and (t.shape.rank
+                                                                           <= values.shape.rank)
+
+  def same_shape(t):
+    return t.shape.rank == values.shape.rank and t.dtype == values.dtype
+
+  while values.op.type == "Identity":
+    values = values.op.inputs[0]
+  divisor = None
+  product = values
+  if values.op.type == "RealDiv" and one_value(values.op.inputs[1]):
+    product, divisor = values.op.inputs
+  if product.op.type != "Mul":
+    return None
+  x, factor = product.op.inputs
+  if not one_value(factor):
+    factor, x = x, factor
+  if not (one_value(factor) and same_shape(x)):
+    return None
+  grad_scale = [tf.reshape(t, []) for t in (factor, divisor) if t is not None]
+  return ScaledSlices(x, indices, None, grad_scale)
+
+
 def clip_by_global_norm(grads, clip_norm):
   """Keras 3's `clip_by_global_norm`, an `IndexedSlices` kept one with its rows scaled.
 

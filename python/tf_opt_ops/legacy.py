@@ -103,7 +103,12 @@ class _LegacyMixin:
                        f"layout of this {type(self).__name__}: {e}. {_core.LAYOUT_ADVICE}") from e
 
   def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
-    # The kernels (and the XLA fallback) sum duplicate indices themselves.
+    # The kernels (and the XLA fallback) sum duplicate indices themselves. OptimizerV2 clips
+    # (clipnorm, global_clipnorm) before it splits the slices: their values, a product in a
+    # graph, go to the op unscaled with the factor (`_core.scaled_slices_of`).
+    scaled = _core.scaled_slices_of(grad, indices)
+    if scaled is not None:
+      return self._apply(scaled, handle)
     return self._resource_apply_sparse(grad, handle, indices, **kwargs)
 
   def _scalar_hyper(self, name, var):

@@ -267,3 +267,82 @@ def test_window_ops_take_no_scale():
     ops.sparse_lazy_adam(var, m, v, tf.ones((1, 2)), tf.constant([0]), beta_1_power=0.9,
                          beta_2_power=0.999, window=(accumulator, row_ids, row_count, 2),
                          grad_scale=(0.5,))
+
+
+# --------------------------------------------------------------------- the divide, swept
+
+# clipnorm's divide where the op reads each value (a row at a time, vectorized, with its tails):
+# the quotients of every kind of value by every kind of divisor, the bits of the op fed the
+# values TensorFlow divided. LazyAdam with beta_1 = 0 stores each gradient value read as m.
+SWEEP_ROWS = 1024  # distinct rows: read through a work item's buffer, a row at a time
+
+
+def _sweep_divisors(rng, factor):
+  near_powers_of_two = [
+      np.nextafter(np.float32(2.0)**k, np.float32(direction))
+      for k in range(-126, 127, 9)
+      for direction in (0.0, np.inf)
+  ] + [np.float32(2.0)**k for k in (-126, -100, -1, 0, 1, 60, 126, 127)]
+  special = [factor, 1.0, 1.3, 7.77, -2.5, 3.4e38, 1e-38, 1e-40, 1e38, 0.0, -0.0, np.inf, np.nan]
+  any_bits = rng.integers(0, 2**32, size=12, dtype=np.uint64).astype(np.uint32).view(np.float32)
+  return np.array(special + near_powers_of_two + list(any_bits), np.float32)
+
+
+def _sweep_values(rng, divisor, factor):
+  """SWEEP_ROWS rows of 128, each row one kind: any bits, normal values over exponents -30..30,
+  quotients near the midpoint of two floats, exact small quotients, zeros and subnormals,
+  infinities and NaNs, power-of-two quotients, gradient-sized values."""
+  n = 128
+  kinds = []
+  with np.errstate(all="ignore"):
+
+    def bits(k):
+      return rng.integers(0, 2**32, size=k, dtype=np.uint64).astype(np.uint32)
+
+    def significands(k):
+      return np.float32(1.0) + rng.integers(0, 2**23, size=k) * np.float32(2.0**-23)
+
+    kinds.append(lambda: bits(n).view(np.float32))
+    kinds.append(lambda: (significands(n) * np.float32(2.0)**rng.integers(-30, 31, size=n) * rng.
+                          choice([-1, 1], size=n)).astype(np.float32))
+
+    def near_ties():
+      q = (significands(n) * np.float32(2.0)**rng.integers(-20, 21, size=n)).astype(np.float32)
+      mid = (q.astype(np.float64) + np.nextafter(q, np.float32(np.inf)).astype(np.float64)) / 2
+      a = (mid * np.float64(divisor) / np.float64(factor)).astype(np.float32)
+      return np.where(rng.integers(0, 2, size=n) == 1, np.nextafter(a, np.float32(np.inf)), a)
+
+    kinds.append(near_ties)
+    kinds.append(lambda: (rng.integers(-1000, 1000, size=n) * divisor / factor).astype(np.float32))
+    kinds.append(lambda: np.where(
+        rng.integers(0, 4, size=n) == 0,
+        np.float32(0.0) * rng.choice([-1, 1], size=n),
+        (bits(n) & np.uint32(0x807FFFFF)).view(np.float32)).astype(np.float32))
+    kinds.append(
+        lambda: rng.choice(np.array([np.inf, -np.inf, np.nan, 1.0, -3.0], np.float32), size=n))
+    kinds.append(lambda:
+                 (np.float32(2.0)**rng.integers(-30, 31, size=n) * divisor).astype(np.float32))
+    kinds.append(lambda: rng.normal(0.0, 1e-3, size=n).astype(np.float32))
+    return np.stack([kinds[r % len(kinds)]() for r in range(SWEEP_ROWS)])
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.7])
+def test_the_divide_swept_over_values_and_divisors_is_the_divide(factor):
+  rng = np.random.default_rng(11)
+  divisors = _sweep_divisors(rng, factor)
+  indices = tf.constant(np.arange(SWEEP_ROWS), tf.int64)
+  pairs = 0
+  for divisor in divisors:
+    grad = tf.constant(_sweep_values(rng, divisor, factor))
+    grad_scale = (tf.constant(factor, tf.float32), tf.constant(divisor, tf.float32))
+    slots = []
+    for scaled in (True, False):
+      var, m, v = (tf.Variable(tf.zeros((SWEEP_ROWS, 128))) for _ in range(3))
+      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, grad_scale), indices,
+                           beta_1_power=0.5, beta_2_power=0.5, lr=0.01, beta_1=0.0, beta_2=0.999,
+                           epsilon=1e-7, grad_scale=grad_scale if scaled else None)
+      slots.append([x.numpy().view(np.uint32) for x in (m, v, var)])
+    for ours, theirs in zip(*slots):
+      np.testing.assert_array_equal(ours, theirs, err_msg=f"divisor {divisor!r}")
+    pairs += grad.shape[0] * grad.shape[1]
+  assert pairs >= 10**7

@@ -123,9 +123,10 @@ CLIPS = {
     "global_clipnorm": dict(global_clipnorm=2.0)
 }
 # The clips whose factor the sparse op applies where it reads each value (its Scaled op; the
-# legacy flavor's OptimizerV2 clips in its own code, before the update).
+# legacy flavor's OptimizerV2 clips in its own code, before the update, and in a graph the update
+# finds the unscaled values and the factor behind the clipped ones: `_core.scaled_slices_of`).
 SCALING_CLIPS = ("clipnorm", "global_clipnorm")
-SCALED_FLAVORS = ("keras", "tf_keras")
+SCALED_FLAVORS = ("keras", "tf_keras", "legacy")
 # The inputs of the Scaled ops' gradient values: grad of lazy Adam, of Clippy.
 GRAD_INPUT = {"LazyAdam": 9, "ClippyAdagrad": 7}
 
@@ -134,9 +135,10 @@ def _scaled_op(op):
   return op + "Scaled"
 
 
-def _assert_scale_in_op(step, opt_name, batch, op):
+def _assert_scale_in_op(step, opt_name, batch, op, unused_scaling=False):
   """`step`'s graph feeds the Scaled op `op` the unscaled gradient values and the scale: no
-  multiply or divide of the values anywhere in the graph."""
+  multiply or divide of the values anywhere in the graph (`unused_scaling`: none whose result
+  anything reads, as of the legacy flavor's OptimizerV2 clip, pruned when the function runs)."""
   graph = step.get_concrete_function(*map(tf.constant, batch)).graph
   nodes = list(graph.as_graph_def().node)
   for function in graph.as_graph_def().library.function:
@@ -152,11 +154,30 @@ def _assert_scale_in_op(step, opt_name, batch, op):
     while producers.get(grad) is not None and producers[grad].op == "Identity":
       grad = producers[grad].input[0].split(":")[0]
     assert producers.get(grad) is None or producers[grad].op not in ("Mul", "RealDiv"), grad
+    # (A square of the values, `values * values`, is the norm's: tf.clip_by_norm's.)
     scaling = [
         n for n in nodes
-        if n.op in ("Mul", "RealDiv") and any(i.split(":")[0] == grad for i in n.input)
+        if n.op in ("Mul", "RealDiv") and any(i.split(":")[0] == grad for i in n.input) and not all(
+            i.split(":")[0] == grad for i in n.input)
     ]
-    assert not scaling, [(n.op, n.name) for n in scaling]
+    if unused_scaling:
+      # The scaled values and what is computed of them only (their divide, identities).
+      chain = {n.name for n in scaling}
+      grown = True
+      while grown:
+        readers = {
+            n.name
+            for n in nodes
+            if n.op in ("RealDiv", "Identity") and n.input and n.input[0].split(":")[0] in chain
+        }
+        grown = not readers <= chain
+        chain |= readers
+      scaling = [
+          (n.op, n.name)
+          for n in nodes
+          if n.name not in chain and any(i.lstrip("^").split(":")[0] in chain for i in n.input)
+      ]
+    assert not scaling, scaling
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -185,19 +206,27 @@ def test_clipping_is_stocks_on_the_named_rows(flavor, opt_name, clip, mode):
     sparse_ops = {opt_name: _scaled_op(SPARSE_OPS[opt_name])} if scaled else None
     _assert_graph_stays_sparse(step, opt_name, _batches()[0], sparse_ops)
     if scaled:
-      _assert_scale_in_op(step, opt_name, _batches()[0], sparse_ops[opt_name])
+      _assert_scale_in_op(step, opt_name,
+                          _batches()[0], sparse_ops[opt_name], unused_scaling=flavor == "legacy")
 
 
-@pytest.mark.parametrize("variant", ["plain", "weight-decay", "ema", "light"])
+# The legacy flavor has no weight decay or EMA.
+FLAVOR_VARIANTS = [(flavor, variant)
+                   for flavor in SCALED_FLAVORS
+                   for variant in ("plain", "weight-decay", "ema", "light")
+                   if flavor != "legacy" or variant in ("plain", "light")]
+
+
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("clip", SCALING_CLIPS)
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
-@pytest.mark.parametrize("flavor", SCALED_FLAVORS)
+@pytest.mark.parametrize("flavor,variant", FLAVOR_VARIANTS)
 def test_the_clip_factor_in_the_op_is_the_scaled_values_bit_for_bit(monkeypatch, flavor, opt_name,
                                                                     clip, mode, variant):
   """The Scaled op (the clip factor applied where it reads each value) gives every variable the
-  bits of the op fed the clipped values (the path of a GPU or XLA variable: `ScaledSlices.values`),
-  with weight decay, with the EMA kept in the update's pass, and with light state."""
+  bits of the op fed the clipped values (the path of a GPU or XLA variable: `ScaledSlices.values`;
+  the legacy flavor's: OptimizerV2's clipped values themselves), with weight decay, with the EMA
+  kept in the update's pass, and with light state."""
   from tf_opt_ops import _core
 
   options = dict(OPTIONS, **CLIPS[clip])
@@ -215,6 +244,7 @@ def test_the_clip_factor_in_the_op_is_the_scaled_values_bit_for_bit(monkeypatch,
     with monkeypatch.context() as patch:
       if path == "values scaled first":
         patch.setattr(_core, "_scales_in_op", lambda var, on_mesh: False)
+        patch.setattr(_core, "scaled_slices_of", lambda values, indices: None)
       run_ = (*_variables(flavor), make(**options))
       table, bias, opt = run_
       step = MODES[mode](_train_step(opt, table, bias))
@@ -830,7 +860,8 @@ LOSS_SCALED = [("keras", "LossScaleOptimizer"), ("keras", "loss_scale_factor"),
 @pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
 def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
   """Each API's loss scaling around ours unscales and checks the slices' values only: the update
-  is the reference's of the unscaled gradient, lazily, with no densifying op."""
+  is the reference's of the unscaled gradient, lazily, with no densifying op (legacy: the
+  unscaled values are a product by one value, which the Scaled op takes)."""
   table, _ = _variables(flavor)
   opt, unscale = _loss_scaled(wrapper, flavor, opt_name)
   table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
@@ -845,7 +876,8 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
     step(tf.constant(values), tf.constant(indices))
     table_ref.sparse(values.astype(np.float64), indices)
     _assert_lazy_update(table, table_ref, before, indices)
-  _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2])
+  sparse_ops = {opt_name: _scaled_op(SPARSE_OPS[opt_name])} if flavor == "legacy" else None
+  _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2], sparse_ops)
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -876,3 +908,31 @@ def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scale):
   np.testing.assert_array_equal(scaled, want)
   np.testing.assert_array_equal(flat, want)
   np.testing.assert_array_equal(dense, want_dense)
+
+
+def test_only_values_times_one_value_give_their_unscaled_values():
+  """`_core.scaled_slices_of` (the legacy flavor's clipped values): in a graph, values
+  `x * factor` and `x * factor / divisor` (factor, divisor of one value each; identities around)
+  give `x` and the scale; other values, and values in eager mode, nothing."""
+  from tf_opt_ops import _core
+
+  found = {}
+
+  @tf.function
+  def probe(x, factor, divisor, row):
+    indices = tf.constant([0, 1])
+    cases = {
+        "quotient": tf.identity(x * factor / divisor), "product": tf.identity(factor * x),
+        "by a row": x * row, "divided only": x / divisor, "sum": x + factor
+    }
+    for name, values in cases.items():
+      slices = _core.scaled_slices_of(values, indices)
+      found[name] = None if slices is None else (slices.unscaled_values.name == x.name,
+                                                 len(slices.grad_scale))
+
+  probe(tf.ones((2, COLS)), tf.constant(2.0), tf.constant([[3.0]]), tf.ones((COLS,)))
+  assert found == {
+      "quotient": (True, 2), "product": (True, 1), "by a row": None, "divided only": None,
+      "sum": None
+  }
+  assert _core.scaled_slices_of(tf.ones((2, COLS)) * 2.0, tf.constant([0, 1])) is None
