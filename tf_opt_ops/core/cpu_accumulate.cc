@@ -21,13 +21,16 @@ absl::Status CheckCount(int64_t count, int64_t num_rows) {
                          "row_count (and the accumulator) to start a new window.");
 }
 
-// The error of the first id outside [0, num_rows) of the window's ids (the
-// `held` ids, then a micro-step's `n` indices), or OK where all are in it.
+// Groups `ids` (the first `held` the window's held ids, then a micro-step's
+// indices), failing on the first id outside [0, num_rows).
 template <typename Tindex>
-absl::Status CheckIds(const Tindex* held_ids, int64_t held, const Tindex* indices, int64_t n,
-                      int64_t num_rows) {
-  for (int64_t p = 0; p < held + n; ++p) {
-    const int64_t row = static_cast<int64_t>(p < held ? held_ids[p] : indices[p - held]);
+absl::Status GroupIds(const CpuPool& pool, const std::vector<Tindex>& ids, int64_t held,
+                      int64_t num_rows, RowGroups* groups) {
+  const absl::Status status =
+      GroupRows<Tindex>(pool, ids.data(), static_cast<int64_t>(ids.size()), num_rows, groups);
+  if (status.ok()) return status;
+  for (int64_t p = 0; p < static_cast<int64_t>(ids.size()); ++p) {
+    const int64_t row = static_cast<int64_t>(ids[p]);
     if (row >= 0 && row < num_rows) continue;
     if (p < held) {
       return InvalidArgument("row_ids[", p, "] = ", row, " is not in [0, ", num_rows,
@@ -35,19 +38,7 @@ absl::Status CheckIds(const Tindex* held_ids, int64_t held, const Tindex* indice
     }
     return IndexOutOfRange(p - held, row, num_rows);
   }
-  return absl::OkStatus();
-}
-
-// Groups `ids` (the first `held` the window's held ids, then a micro-step's
-// indices), failing on the first id outside [0, num_rows).
-template <typename Tindex>
-absl::Status GroupIds(const CpuPool& pool, const std::vector<Tindex>& ids, int64_t held,
-                      int64_t num_rows, RowGroups* groups) {
-  const int64_t count = static_cast<int64_t>(ids.size());
-  const absl::Status status = GroupRows<Tindex>(pool, ids.data(), count, num_rows, groups);
-  if (status.ok()) return status;
-  const absl::Status bad = CheckIds(ids.data(), held, ids.data() + held, count - held, num_rows);
-  return bad.ok() ? status : bad;
+  return status;
 }
 
 template <typename Tindex>
@@ -66,79 +57,44 @@ int BitsBelow(int64_t n) {
   return bits;
 }
 
-// The window's ids (the `held` ids, then the step's `n` indices) sorted by
-// row, a row's positions in input order: sorted id k is row rows[k] at
-// position positions[k]; fails as CheckIds on an id outside [0, num_rows). A
-// radix sort, least significant digit first, of each row packed with its
-// position in one word: a pass per 11 bits of the row (a pass's counts stay
-// in L1), two for a million rows, where a comparison sort takes log2(count)
-// passes; the passes keep the order of equal rows, so their positions stay
-// ascending. One pass validates, packs and counts every digit; the last
-// scatter unpacks. Where row and position need more than 64 bits (2^40 rows
-// and more), a stable comparison sort.
-template <typename Tindex>
-absl::Status SortIdsByRow(const Tindex* held_ids, int64_t held, const Tindex* indices, int64_t n,
-                          int64_t num_rows, std::vector<int64_t>* rows,
-                          std::vector<int64_t>* positions) {
-  const int64_t count = held + n;
-  const auto row_at = [&](int64_t p) {
-    return static_cast<int64_t>(p < held ? held_ids[p] : indices[p - held]);
-  };
-  rows->resize(count);
-  positions->resize(count);
-  const int position_bits = BitsBelow(count);
+// The permutation that sorts `count` rows in [0, num_rows) ascending: order[k]
+// is the index of the k-th smallest. A radix sort, least significant digit
+// first, of each row packed with its index in one word: a pass per 11 bits of
+// the row (a pass's counts stay in L1), two for a million rows, where a
+// comparison sort takes log2(count) passes. Where row and index need more than
+// 64 bits (2^40 rows and more), the rows keep the order they came in: the
+// order only saves time.
+std::vector<int64_t> AscendingOrder(const int64_t* rows, int64_t count, int64_t num_rows) {
+  std::vector<int64_t> order(count);
+  const int index_bits = BitsBelow(count);
   const int row_bits = BitsBelow(num_rows);
-  if (position_bits + row_bits > 64) {
-    const absl::Status status = CheckIds(held_ids, held, indices, n, num_rows);
-    if (!status.ok()) return status;
-    std::iota(positions->begin(), positions->end(), int64_t{0});
-    std::stable_sort(positions->begin(), positions->end(),
-                     [&](int64_t a, int64_t b) { return row_at(a) < row_at(b); });
-    for (int64_t k = 0; k < count; ++k) (*rows)[k] = row_at((*positions)[k]);
-    return absl::OkStatus();
+  if (index_bits + row_bits > 64) {
+    std::iota(order.begin(), order.end(), int64_t{0});
+    return order;
+  }
+  std::vector<uint64_t> keys(count);
+  for (int64_t k = 0; k < count; ++k) {
+    keys[k] = static_cast<uint64_t>(rows[k]) << index_bits | static_cast<uint64_t>(k);
   }
   constexpr int kMaxDigitBits = 11;
   const int passes = (row_bits + kMaxDigitBits - 1) / kMaxDigitBits;
-  const int digit_bits = passes > 0 ? (row_bits + passes - 1) / passes : 0;
-  const int64_t digits = int64_t{1} << digit_bits;
-  const uint64_t digit_mask = static_cast<uint64_t>(digits) - 1;
-  const auto digit = [&](uint64_t key, int pass) {
-    return key >> (position_bits + pass * digit_bits) & digit_mask;
-  };
-  // starts[pass * digits + d]: first the count of digit d in that pass, then
-  // where its keys go.
-  std::vector<int64_t> starts(passes * digits, 0);
-  std::vector<uint64_t> keys(count);
-  for (int64_t p = 0; p < count; ++p) {
-    const int64_t row = row_at(p);
-    if (row < 0 || row >= num_rows) return CheckIds(held_ids, held, indices, n, num_rows);
-    keys[p] = static_cast<uint64_t>(row) << position_bits | static_cast<uint64_t>(p);
-    for (int pass = 0; pass < passes; ++pass) ++starts[pass * digits + digit(keys[p], pass)];
-  }
-  for (int pass = 0; pass < passes; ++pass) {
-    const auto begin = starts.begin() + pass * digits;
-    std::exclusive_scan(begin, begin + digits, begin, int64_t{0});
-  }
-  const uint64_t position_mask = (uint64_t{1} << position_bits) - 1;
-  const auto unpack = [&](int64_t k, uint64_t key) {
-    (*rows)[k] = static_cast<int64_t>(key >> position_bits);
-    (*positions)[k] = static_cast<int64_t>(key & position_mask);
-  };
-  if (passes == 0) {
-    for (int64_t k = 0; k < count; ++k) unpack(k, keys[k]);
-    return absl::OkStatus();
-  }
-  std::vector<uint64_t> sorted(passes > 1 ? count : 0);
-  for (int pass = 0; pass < passes; ++pass) {
-    int64_t* start = starts.data() + pass * digits;
-    if (pass + 1 < passes) {
-      for (const uint64_t key : keys) sorted[start[digit(key, pass)]++] = key;
+  if (passes > 0) {
+    const int digit_bits = (row_bits + passes - 1) / passes;
+    const uint64_t digit_mask = (uint64_t{1} << digit_bits) - 1;
+    std::vector<uint64_t> sorted(count);
+    std::vector<int64_t> start(int64_t{1} << digit_bits);
+    for (int pass = 0; pass < passes; ++pass) {
+      const int shift = index_bits + pass * digit_bits;
+      std::fill(start.begin(), start.end(), 0);
+      for (const uint64_t key : keys) ++start[key >> shift & digit_mask];
+      std::exclusive_scan(start.begin(), start.end(), start.begin(), int64_t{0});
+      for (const uint64_t key : keys) sorted[start[key >> shift & digit_mask]++] = key;
       keys.swap(sorted);
-    } else {
-      for (const uint64_t key : keys) unpack(start[digit(key, pass)]++, key);
     }
   }
-  return absl::OkStatus();
+  const uint64_t index_mask = (uint64_t{1} << index_bits) - 1;
+  for (int64_t k = 0; k < count; ++k) order[k] = static_cast<int64_t>(keys[k] & index_mask);
+  return order;
 }
 
 // Per distinct row: its values read, the accumulator row read and written.
@@ -205,7 +161,7 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
 }
 
 template <typename T, typename Tindex>
-absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& /*pool*/,
+absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
                                               const AccumulatorWindow<T, Tindex>& window,
                                               const MicroStepRows<T, Tindex>& step) {
   window_ = window;
@@ -213,24 +169,26 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& /*pool*/,
   held_ = static_cast<int64_t>(*window.row_count);
   absl::Status status = CheckCount(held_, window.num_rows);
   if (!status.ok()) return status;
-  const int64_t n = step.num_indices;
-  status = SortIdsByRow(window.row_ids, held_, step.indices, n, window.num_rows, &sorted_rows_,
-                        &sorted_positions_);
+  ids_ = HeldThenStep(window.row_ids, held_, step.indices, step.num_indices);
+  status = GroupIds(pool, ids_, held_, window.num_rows, &groups_);
   if (!status.ok()) return status;
-  // Per distinct row (a run of equal sorted rows): its row, its first
-  // position, and where in the sorted ids the step's first value of it is.
-  for (auto* per_row : {&rows_, &first_, &step_first_}) {
-    per_row->clear();
-    per_row->reserve(held_ + n);
-  }
-  for (int64_t k = 0; k < held_ + n; ++k) {
-    if (k == 0 || sorted_rows_[k] != sorted_rows_[k - 1]) {
-      rows_.push_back(sorted_rows_[k]);
-      first_.push_back(sorted_positions_[k]);
-      step_first_.push_back(-1);
+  const int64_t num_groups = groups_.num_unique();
+  const std::vector<int64_t> order = AscendingOrder(groups_.rows(), num_groups, window.num_rows);
+  rows_.resize(num_groups);
+  first_.resize(num_groups);
+  step_first_.resize(num_groups);
+  // Per distinct row: its group's row and first position, the links up to
+  // the step's first value.
+  const Eigen::TensorOpCost chain_cost(6.0 * sizeof(int64_t), 3.0 * sizeof(int64_t), 10.0);
+  ForEachItem(pool, num_groups, chain_cost, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t group = order[u];
+      rows_[u] = groups_.rows()[group];
+      int64_t p = first_[u] = groups_.first(group);
+      while (p >= 0 && p < held_) p = groups_.next(p);
+      step_first_[u] = p < 0 ? -1 : p - held_;
     }
-    if (step_first_.back() < 0 && sorted_positions_[k] >= held_) step_first_.back() = k;
-  }
+  });
   return absl::OkStatus();
 }
 

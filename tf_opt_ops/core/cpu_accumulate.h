@@ -1,6 +1,6 @@
 // The CPU loops of ops ResourceSparseAccumulateRows and
 // ResourceSparseTakeWindowGradient on raw buffers: validation of the ids,
-// row grouping (row_groups.h; the window by a sort) and the row loops. Their OpKernels
+// row grouping (row_groups.h) and the row loops. Their OpKernels
 // (kernels/accumulate_kernels.cc) call them with the locked variables'
 // buffers and TensorFlow's intra-op pool.
 #ifndef TF_OPT_OPS_CORE_CPU_ACCUMULATE_H_
@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "tf_opt_ops/core/cpu_pool.h"
+#include "tf_opt_ops/core/row_groups.h"
 
 namespace tf_opt_ops {
 namespace cpu {
@@ -49,15 +50,15 @@ absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T
                                   const MicroStepRows<T, Tindex>& step);
 
 // The window's last micro-step, grouped with the held ids: Group validates
-// (as SparseAccumulateRows) and groups them by sorting them by row, on the
-// calling thread (one radix sort gives both the groups and their order);
-// num_rows() is then the number of distinct rows, rows()[u] the
-// accumulator row of distinct row u, in ascending order (so the row loops
-// walk every table in address order, not at random; each row's sums keep
-// their order, so the order changes no bits). TakeRow(u) writes that row's average ([row_size]):
-// the accumulator's row (where held) plus the step's values in order, each addition rounded to T,
-// over `steps`; a held row the step does not name is its accumulator row plus 0. It then zeroes the
-// row of the accumulator (where held). Take takes every row (`rows`, [num_rows()]; `average`,
+// (as SparseAccumulateRows) and groups them; num_rows() is then the number of
+// distinct rows, rows()[u] the accumulator row of distinct row u, in
+// ascending order (so the row loops walk every table in address order, not
+// at random; each row's sums keep their order, so the order changes no
+// bits). TakeRow(u) writes that row's average ([row_size]): the
+// accumulator's row (where held) plus the step's values in order, each
+// addition rounded to T, over `steps`; a held row the step does not name is
+// its accumulator row plus 0. It then zeroes the row of the accumulator
+// (where held). Take takes every row (`rows`, [num_rows()]; `average`,
 // [num_rows(), row_size]) and zeroes the count; a caller that takes the rows
 // itself (the fused lazy Adam and Clippy of cpu_kernels.h) calls Applied once
 // it has.
@@ -87,29 +88,27 @@ class WindowGradient {
   }
   void PrefetchStepRow(int64_t u) const {
     if (step_first_[u] < 0) return;
-    const char* v = reinterpret_cast<const char*>(StepRow(step_first_[u]));
+    const char* v = reinterpret_cast<const char*>(step_.values + step_first_[u] * row_size());
     const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
   }
   void TakeRow(int64_t u, T steps, T* sum) const {
     const int64_t dim = row_size();
     T* held_row = window_.accumulator + rows()[u] * dim;
+    const T* values = step_.values;
     const bool is_held = first_[u] < held_;
-    const int64_t k = step_first_[u];
-    if (k < 0) {
-      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
+    int64_t p = step_first_[u] < 0 ? -1 : step_first_[u] + held_;  // positions in order
+    if (!is_held) {
+      std::copy_n(values + (p - held_) * dim, dim, sum);
+    } else if (p >= 0) {
+      const T* v = values + (p - held_) * dim;
+      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
     } else {
-      const T* v = StepRow(k);
-      if (is_held) {
-        for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
-      } else {
-        std::copy_n(v, dim, sum);
-      }
-      // The row's later values of the step: the sorted ids after k that name
-      // it (positions ascending: in order).
-      const int64_t num_ids = static_cast<int64_t>(sorted_rows_.size());
-      for (int64_t later = k + 1; later < num_ids && sorted_rows_[later] == rows()[u]; ++later) {
-        v = StepRow(later);
+      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
+    }
+    if (p >= 0) {
+      for (p = groups_.next(p); p >= 0; p = groups_.next(p)) {
+        const T* v = values + (p - held_) * dim;
         for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
       }
     }
@@ -119,23 +118,15 @@ class WindowGradient {
   }
 
  private:
-  // The step's value row of sorted id k (one of the step's positions).
-  const T* StepRow(int64_t k) const {
-    return step_.values + (sorted_positions_[k] - held_) * row_size();
-  }
-
   AccumulatorWindow<T, Tindex> window_{};
   MicroStepRows<T, Tindex> step_{};
-  int64_t held_ = 0;  // the held ids: positions [0, held_) of the window's ids
-  // The window's ids (the held ids, then the step's indices) sorted by row:
-  // sorted id k is row sorted_rows_[k] at position sorted_positions_[k], a
-  // row's positions adjacent and ascending.
-  std::vector<int64_t> sorted_rows_;
-  std::vector<int64_t> sorted_positions_;
-  // Distinct row u (ascending): its row, its first position, and the sorted
-  // id of its first value of the step (-1: the step does not name it), to
-  // prefetch with the row's accumulator row: the rows are in no order of the
-  // step's, so its values are read at random.
+  int64_t held_ = 0;         // the held ids: positions [0, held_) of ids_
+  std::vector<Tindex> ids_;  // the held ids, then the step's indices
+  RowGroups groups_;         // its links: the positions of a row after its first
+  // Distinct row u (ascending): its row, its first position in ids_, and its
+  // first value of the step (-1: the step does not name it), to prefetch with
+  // the row's accumulator row: the rows are in no order of the step's, so its
+  // values are read at random.
   std::vector<int64_t> rows_;
   std::vector<int64_t> first_;
   std::vector<int64_t> step_first_;
