@@ -285,6 +285,10 @@ def clip_by_norm(grad, clip_norm):
   squares = _sum_of_squares(values)
   positive = squares > 0
   norm = tf.where(positive, tf.sqrt(tf.where(positive, squares, tf.ones_like(squares))), squares)
+  # A Python number goes to the values' dtype directly, as Keras and TensorFlow convert it (not
+  # through float32, whose rounding of 0.3 a float64 table would then see).
+  if isinstance(clip_norm, numbers.Real):
+    clip_norm = tf.constant(clip_norm, values.dtype)
   clip_norm = tf.cast(clip_norm, values.dtype)
   divisor = tf.maximum(norm, clip_norm)
   if isinstance(grad, tf.IndexedSlices):

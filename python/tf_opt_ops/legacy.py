@@ -102,6 +102,21 @@ class _LegacyMixin:
       raise ValueError(f"The checkpoint's slot {slot_name!r} of {var.name} does not have the slot "
                        f"layout of this {type(self).__name__}: {e}. {_core.LAYOUT_ADVICE}") from e
 
+  @property
+  def clipnorm(self):
+    return self._clipnorm
+
+  @clipnorm.setter
+  def clipnorm(self, value):
+    # OptimizerV2's `tf.clip_by_norm` of each gradient squares a slice's values into a tensor
+    # of their own for the norm; `_core.clip_by_norm` gives its numbers without it, and the
+    # clipped slices are scaled where the update reads them
+    # (`_resource_apply_sparse_duplicate_indices`). Dense gradients, and OptimizerV2's checks,
+    # stay its own.
+    keras2.optimizers.legacy.Optimizer.clipnorm.fset(self, value)
+    if value is not None:
+      self._clipnorm_fn = _clip_sparse_by_norm(value, self._clipnorm_fn)
+
   def _resource_apply_sparse_duplicate_indices(self, grad, handle, indices, **kwargs):
     # The kernels (and the XLA fallback) sum duplicate indices themselves. OptimizerV2 clips
     # (clipnorm, global_clipnorm) before it splits the slices: their values, a product in a
@@ -117,6 +132,21 @@ class _LegacyMixin:
 
   def _lr(self, var):
     return self._decayed_lr(scalar_dtype(var.dtype.base_dtype))
+
+
+def _clip_sparse_by_norm(clipnorm, stock_clip):
+  """OptimizerV2's clip of each gradient by `clipnorm` (`stock_clip`), its IndexedSlices by
+  `_core.clip_by_norm` (the numbers of `tf.clip_by_norm`)."""
+
+  def clip(grads_and_vars):
+    grads_and_vars = list(grads_and_vars)
+    # The stock clip runs on the dense gradients (and raises where it does, for any).
+    sparse = [isinstance(g, tf.IndexedSlices) for g, _ in grads_and_vars]
+    dense = iter(stock_clip([gv for gv, s in zip(grads_and_vars, sparse) if not s]))
+    return [(_core.clip_by_norm(g, clipnorm), v) if s else next(dense)
+            for (g, v), s in zip(grads_and_vars, sparse)]
+
+  return clip
 
 
 class LazyAdam(_core.LazyAdamMixin, _LegacyMixin, keras2.optimizers.legacy.Adam):

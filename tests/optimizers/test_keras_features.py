@@ -936,3 +936,50 @@ def test_only_values_times_one_value_give_their_unscaled_values():
       "sum": None
   }
   assert _core.scaled_slices_of(tf.ones((2, COLS)) * 2.0, tf.constant([0, 1])) is None
+
+
+def _clipnorm_pair(flavor, clipnorm):
+  """(ours, stock): each flavor's clip by norm of a list of gradients, ours and its base class's."""
+  ours = common.flavor_module(flavor).LazyAdam(clipnorm=clipnorm)
+  if flavor == "legacy":
+    # OptimizerV2 clips in `_transform_gradients` with `tf.clip_by_norm`.
+    return (lambda grads: [g for g, _ in ours._transform_gradients([(g, None) for g in grads])],
+            lambda grads: [tf.clip_by_norm(g, clipnorm) for g in grads])
+  if flavor == "keras":
+    import keras
+    stock = keras.optimizers.Adam(clipnorm=clipnorm)
+  else:
+    import tf_keras
+    stock = tf_keras.optimizers.Adam(clipnorm=clipnorm)
+  return ours._clip_gradients, stock._clip_gradients
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("flavor", common.FLAVORS)
+def test_clipnorm_gives_the_stock_clips_bits(flavor, dtype, mode):
+  """`clipnorm` without the base class's tensor of squares: a slice's clipped values are the
+  base class's bit for bit (legacy: `tf.clip_by_norm`'s, as OptimizerV2 clips), a Python
+  clip norm such as 0.3 taken to a float64 table's dtype directly; a dense gradient's too."""
+  rng = np.random.default_rng(7)
+  for clipnorm, spread in ((1.5, 1.0), (1.5, 1e-3), (0.3, 40.0)):
+    ours, stock = _clipnorm_pair(flavor, clipnorm)
+    values = tf.constant(rng.normal(0, spread, (BATCH, COLS)), dtype)
+    indices = tf.constant(rng.integers(0, ROWS, BATCH))
+    slices = tf.IndexedSlices(values, indices, tf.constant([ROWS, COLS]))
+    dense = tf.constant(rng.normal(0, spread, (ROWS, COLS)), dtype)
+
+    def clip(ours=ours, stock=stock, slices=slices, dense=dense):
+      (sparse_ours, dense_ours), (sparse_stock, dense_stock) = ours([slices,
+                                                                     dense]), stock([slices, dense])
+      return (sparse_ours.values, sparse_ours.indices, sparse_stock.values, dense_ours, dense_stock)
+
+    sparse_ours, indices_ours, sparse_stock, dense_ours, dense_stock = (tf.function(clip) if mode
+                                                                        == "function" else clip)()
+    assert sparse_ours.dtype == sparse_stock.dtype == tf.as_dtype(dtype)
+    np.testing.assert_array_equal(indices_ours.numpy(), indices.numpy())
+    np.testing.assert_array_equal(sparse_ours.numpy().view(np.uint8),
+                                  sparse_stock.numpy().view(np.uint8),
+                                  err_msg=f"{dtype} clipnorm={clipnorm} spread={spread}")
+    np.testing.assert_array_equal(dense_ours.numpy().view(np.uint8),
+                                  dense_stock.numpy().view(np.uint8))
