@@ -289,7 +289,8 @@ def clip_by_norm(grad, clip_norm):
   # through float32, whose rounding of 0.3 a float64 table would then see).
   if isinstance(clip_norm, numbers.Real):
     clip_norm = tf.constant(clip_norm, values.dtype)
-  clip_norm = tf.cast(clip_norm, values.dtype)
+  else:
+    clip_norm = tf.cast(clip_norm, values.dtype)
   divisor = tf.maximum(norm, clip_norm)
   if isinstance(grad, tf.IndexedSlices):
     return ScaledSlices(values, grad.indices, grad.dense_shape, (clip_norm, divisor))

@@ -38,16 +38,16 @@
 #define TF_OPT_OPS_ROW_LOOP inline __attribute__((flatten))
 #endif
 
-// Two vectors per iteration of LazyAdamRow's element loop on the avx512 level
-// (cpu_isa.h): GCC's one-vector AVX-512 loop with the weight decay ran 1.2x as
-// long as without it on tables far larger than the caches, the two-vector one
-// 1.03x; at the 256-bit levels two vectors made bfloat16 rows 9% (bare) to
-// 17% (with the decay) slower (docs/benchmarks.md, "W op"). MovingAverageRow's
-// loop too (the EMA step 4-8% shorter at 1M x 128).
+// Two vectors per iteration of a row's element loop on the avx512 level
+// (cpu_isa.h). LazyAdamRow: GCC's one-vector AVX-512 loop with the weight
+// decay ran 1.2x as long as without it on tables far larger than the caches,
+// the two-vector one 1.03x; at the 256-bit levels two vectors made bfloat16
+// rows 9% (bare) to 17% (with the decay) slower (docs/benchmarks.md, "W op").
+// MovingAverageRow: the EMA step 4-8% shorter at 1M x 128.
 #if defined(__AVX512F__) && !defined(__CUDACC__)
-#define TF_OPT_OPS_ADAM_ROW_UNROLL _Pragma("GCC unroll 2")
+#define TF_OPT_OPS_AVX512_ROW_UNROLL _Pragma("GCC unroll 2")
 #else
-#define TF_OPT_OPS_ADAM_ROW_UNROLL
+#define TF_OPT_OPS_AVX512_ROW_UNROLL
 #endif
 
 // Eigen's 16-bit types, for Load/Store and HalfKindOf below.
@@ -577,7 +577,7 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_R
       }
     }
 #endif
-    TF_OPT_OPS_ADAM_ROW_UNROLL
+    TF_OPT_OPS_AVX512_ROW_UNROLL
     for (; j < n; ++j) {
       LazyAdamElement<kStochastic, T, S, C, kDecay>(var + j, m + j, v + j, Load<C>(g[j]), s, noise,
                                                     j);
@@ -734,7 +734,7 @@ TF_OPT_OPS_HOST_DEVICE void MovingAverageElement(T* average, const T& var, C dec
 template <typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE void MovingAverageRow(T* TF_OPT_OPS_RESTRICT average,
                                              const T* TF_OPT_OPS_RESTRICT var, int64_t n, C decay) {
-  TF_OPT_OPS_ADAM_ROW_UNROLL
+  TF_OPT_OPS_AVX512_ROW_UNROLL
   for (int64_t j = 0; j < n; ++j) MovingAverageElement<T, C>(average + j, var[j], decay);
 }
 
