@@ -22,6 +22,7 @@ step is `benchmarks.bench_e2e`'s.
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -232,15 +233,21 @@ def bench_lazy_adam(case, rounds, keras_adam, seed=0):
   return result
 
 
-def _apply_gradients_step(optimizer, table, case):
+def _apply_gradients_step(optimizer, table, case, unscale=None):
+  """A tf.function applying an IndexedSlices of (indices, grad) to `table`, through `unscale`
+  (a LossScaleOptimizer's `get_unscaled_gradients`) when given."""
   import tensorflow as tf
 
-  optimizer.build([table])
+  if hasattr(optimizer, "build"):  # legacy OptimizerV2 makes its slots in apply_gradients
+    optimizer.build([table])
   shape = tf.constant([case.rows, case.dim], tf.int64)
 
   @tf.function
   def step(indices, grad):
-    optimizer.apply_gradients([(tf.IndexedSlices(grad, indices, shape), table)])
+    grads = [tf.IndexedSlices(grad, indices, shape)]
+    if unscale is not None:
+      grads = unscale(grads)
+    optimizer.apply_gradients(zip(grads, [table]))
 
   return step
 
@@ -566,13 +573,20 @@ def render_isa(results, limit_gbs):
 # ------------------------------------------ Keras optimizer features (`--features`)
 # {name: (optimizer options, the APIs that offer them, our optimizer)}; each is timed against our
 # bare optimizer and against the stock optimizer it replaces (Adam for LazyAdam, Adagrad for
-# ClippyAdagrad) with the same options.
+# ClippyAdagrad) with the same options. `loss_scale_optimizer=True` wraps both in the API's
+# LossScaleOptimizer (a fixed scale of LOSS_SCALE; tf_keras' and legacy's unscale by
+# `get_unscaled_gradients` in the step, as their custom training loops do).
+LOSS_SCALE = 128.0
 FEATURES = {
-    "clipnorm": (dict(clipnorm=1.0), ("keras3", "tf_keras"), "LazyAdam"),
-    "global_clipnorm": (dict(global_clipnorm=1.0), ("keras3", "tf_keras"), "LazyAdam"),
+    "clipnorm": (dict(clipnorm=1.0), ("keras3", "tf_keras", "legacy"), "LazyAdam"),
+    "clipvalue": (dict(clipvalue=1.0), ("keras3", "tf_keras", "legacy"), "LazyAdam"),
+    "global_clipnorm": (dict(global_clipnorm=1.0), ("keras3", "tf_keras", "legacy"), "LazyAdam"),
     "weight_decay": (dict(weight_decay=0.004), ("keras3", "tf_keras"), "LazyAdam"),
     "use_ema": (dict(use_ema=True), ("keras3", "tf_keras"), "LazyAdam"),
     "gradient_accumulation_steps=2": (dict(gradient_accumulation_steps=2), ("keras3",), "LazyAdam"),
+    "LossScaleOptimizer":
+        (dict(loss_scale_optimizer=True), ("keras3", "tf_keras", "legacy"), "LazyAdam"),
+    "loss_scale_factor": (dict(loss_scale_factor=LOSS_SCALE), ("keras3",), "LazyAdam"),
     "global_clipnorm + weight_decay":
         (dict(global_clipnorm=1.0, weight_decay=0.004), ("keras3", "tf_keras"), "LazyAdam"),
     "use_ema + gradient_accumulation_steps=2":
@@ -580,10 +594,12 @@ FEATURES = {
     "ClippyAdagrad weight_decay":
         (dict(weight_decay=0.004), ("keras3", "tf_keras"), "ClippyAdagrad"),
     "ClippyAdagrad use_ema": (dict(use_ema=True), ("keras3", "tf_keras"), "ClippyAdagrad"),
+    "ClippyAdagrad gradient_accumulation_steps=2":
+        (dict(gradient_accumulation_steps=2), ("keras3",), "ClippyAdagrad"),
     "ClippyAdagrad global_clipnorm + weight_decay":
         (dict(global_clipnorm=1.0, weight_decay=0.004), ("keras3", "tf_keras"), "ClippyAdagrad"),
 }
-FEATURE_APIS = ("keras3", "tf_keras")
+FEATURE_APIS = ("keras3", "tf_keras", "legacy")
 # Stock Keras optimizer each of ours is timed against.
 STOCK_OF = {"LazyAdam": "Adam", "ClippyAdagrad": "Adagrad"}
 
@@ -595,19 +611,43 @@ def feature_cases(quick):
 
 
 def _feature_optimizers(api, optimizer):
-  """(our `optimizer`, the stock one it replaces, a variable factory) for `api`."""
+  """(our `optimizer`, the stock one it replaces, a variable factory, the API's
+  LossScaleOptimizer) for `api`."""
   if api == "keras3":
     import keras
 
     from tf_opt_ops import keras as ours
     stock, variable = keras.optimizers, keras.Variable
+    loss_scale_optimizer = keras.optimizers.LossScaleOptimizer
   else:
     import tensorflow as tf
     import tf_keras
 
+    from tf_opt_ops import legacy
     from tf_opt_ops import tf_keras as ours
-    stock, variable = tf_keras.optimizers, tf.Variable
-  return getattr(ours, optimizer), getattr(stock, STOCK_OF[optimizer]), variable
+    if api == "legacy":
+      ours, stock = legacy, tf_keras.optimizers.legacy
+    else:
+      stock = tf_keras.optimizers
+    variable = tf.Variable
+    loss_scale_optimizer = functools.partial(tf_keras.mixed_precision.LossScaleOptimizer,
+                                             dynamic=False)
+  return (getattr(ours, optimizer), getattr(stock, STOCK_OF[optimizer]), variable,
+          functools.partial(loss_scale_optimizer, initial_scale=LOSS_SCALE))
+
+
+def _feature_step(api, make, options, table, case):
+  """`_apply_gradients_step` of `make(learning_rate=0.001, **options)`, wrapped in
+  `loss_scale_optimizer` when the options say so."""
+  options = dict(options)
+  wrap = options.pop("loss_scale_optimizer", None)
+  optimizer = make(learning_rate=0.001, **options)
+  if not wrap:
+    return _apply_gradients_step(optimizer, table, case)
+  optimizer = wrap(optimizer)
+  # Keras 3's apply unscales; tf_keras' and legacy's leave it to the loop.
+  unscale = None if api == "keras3" else optimizer.get_unscaled_gradients
+  return _apply_gradients_step(optimizer, table, case, unscale)
 
 
 def bench_feature(case, api, options, rounds, optimizer="LazyAdam", seed=0):
@@ -616,21 +656,34 @@ def bench_feature(case, api, options, rounds, optimizer="LazyAdam", seed=0):
   in interleaved rounds."""
   import tensorflow as tf
 
-  ours, stock, variable = _feature_optimizers(api, optimizer)
+  ours, stock, variable, loss_scale_optimizer = _feature_optimizers(api, optimizer)
+  if options.get("loss_scale_optimizer"):
+    options = dict(options, loss_scale_optimizer=loss_scale_optimizer)
   steps = distinct_row_steps(case, seed)
   init = tf.random.normal((case.rows, case.dim), seed=seed)
   variants = {
-      "bare": _apply_gradients_step(ours(learning_rate=0.001), variable(init), case),
-      "ours": _apply_gradients_step(ours(learning_rate=0.001, **options), variable(init), case),
-      "stock": _apply_gradients_step(stock(learning_rate=0.001, **options), variable(init), case),
+      "bare": _feature_step(api, ours, {}, variable(init), case),
+      "ours": _feature_step(api, ours, options, variable(init), case),
   }
+  stock_step = _feature_step(api, stock, options, variable(init), case)
   del init  # a table's worth of memory
+  stock_error = None
+  try:
+    stock_step(*steps[0])
+    variants["stock"] = stock_step
+  except (TypeError, ValueError) as e:
+    # Keras 3's loss_scale_factor divides an IndexedSlices: the stock step cannot run.
+    stock_error = f"stock fails: {str(e).strip().splitlines()[-1].strip()}"
+    del stock_step
   times = time_interleaved(variants, steps, rounds)
   result = {name: summary(samples) for name, samples in times.items()}
   # Ratios within each round (the rounds alternate the variants), then their median: a round's
   # contenders share that round's load.
   result["ours_over_bare"] = float(np.median(np.array(times["ours"]) / np.array(times["bare"])))
-  result["stock_over_ours"] = float(np.median(np.array(times["stock"]) / np.array(times["ours"])))
+  if stock_error:
+    result["stock_error"] = stock_error
+  else:
+    result["stock_over_ours"] = float(np.median(np.array(times["stock"]) / np.array(times["ours"])))
   return result
 
 
@@ -680,9 +733,12 @@ def render_features(results):
         if "failed" in r:
           lines.append(f"| {label} | {api} | {name} | {r['failed']} | | | | |")
           continue
+        if "stock_error" in r:
+          stock, stock_over_ours = r["stock_error"], "—"
+        else:
+          stock, stock_over_ours = fmt(r["stock"]), f"{r['stock_over_ours']:.1f}×"
         lines.append(f"| {label} | {api} | {name} | {fmt(r['bare'])} | {fmt(r['ours'])} | "
-                     f"{fmt(r['stock'])} | {r['ours_over_bare']:.2f}× | "
-                     f"{r['stock_over_ours']:.1f}× |")
+                     f"{stock} | {r['ours_over_bare']:.2f}× | {stock_over_ours} |")
   return "\n".join(lines)
 
 

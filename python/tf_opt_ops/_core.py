@@ -120,6 +120,11 @@ def _split_gradient(var, grad, indices, scale_in_op=False):
   their scale, so that the scaled values are never written; else its values are the scaled
   ones, and the scale None.
   """
+  if (indices is None and scale_in_op and isinstance(grad, tf.IndexedSlices) and
+      not isinstance(grad, ScaledSlices)):
+    # Slices whose values the graph made a product or quotient by one value (Keras 3's
+    # LossScaleOptimizer divides them by its scale before the update): that scale too.
+    grad = scaled_slices_of(grad.values, grad.indices) or grad
   if (indices is None and scale_in_op and isinstance(grad, ScaledSlices) and
       grad.dtype == value_dtype(var, grad)):
     return grad.unscaled_values, grad.indices, grad.dtype, grad.grad_scale
@@ -213,12 +218,14 @@ class ScaledSlices(tf.IndexedSlices):
 
 def scaled_slices_of(values, indices):
   """`IndexedSlices(values, indices)` as a `ScaledSlices` where `values` is, in a graph, the
-  product `x * factor` or the quotient `x * factor / divisor` (through identities) of `x` by
-  tensors of one value each: what `tf.clip_by_norm` and `tf.clip_by_global_norm` make of a
-  slice's values, which tf_keras' legacy OptimizerV2 hands the update split from their indices.
-  The Scaled ops compute `x * factor / divisor` as those ops do, each operation rounded to the
-  values' dtype: the same bits, and the graph's multiply, unused, is pruned. None for other
-  values, and in eager mode (the product is computed already)."""
+  product `x * factor`, the quotient `x * factor / divisor` or `x / divisor` (through
+  identities) of `x` by tensors of one value each: what `tf.clip_by_norm` and
+  `tf.clip_by_global_norm` make of a slice's values, which tf_keras' legacy OptimizerV2 hands the
+  update split from their indices, and Keras 3's LossScaleOptimizer's unscaled slices. The
+  Scaled ops compute `x * factor / divisor` as those ops do, each operation rounded to the
+  values' dtype (a factor of 1 for `x / divisor`: exact), so the same bits, and the graph's
+  multiply or divide, unused, is pruned. None for other values, and in eager mode (the product
+  is computed already)."""
   if tf.executing_eagerly() or not hasattr(values, "op") or values.shape.rank is None:
     return None
 
@@ -235,13 +242,17 @@ def scaled_slices_of(values, indices):
   product = values
   if values.op.type == "RealDiv" and one_value(values.op.inputs[1]):
     product, divisor = values.op.inputs
-  if product.op.type != "Mul":
-    return None
-  x, factor = product.op.inputs
-  if not one_value(factor):
-    factor, x = x, factor
-  if not (one_value(factor) and same_shape(x)):
-    return None
+  x, factor = product, None
+  if product.op.type == "Mul":
+    x, factor = product.op.inputs
+    if not one_value(factor):
+      factor, x = x, factor
+    if not (one_value(factor) and same_shape(x)):
+      x, factor = product, None
+  if factor is None:
+    if divisor is None or not same_shape(x):
+      return None
+    factor = tf.ones([], x.dtype)
   grad_scale = [tf.reshape(t, []) for t in (factor, divisor) if t is not None]
   return ScaledSlices(x, indices, None, grad_scale)
 

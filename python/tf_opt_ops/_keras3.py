@@ -9,9 +9,12 @@ It is also the one module that reaches Keras 3's private attributes (docs/design
 "Private framework APIs"). Hooks our optimizer subclasses override or call on
 themselves (`_momentums`, `_get_variable_index`...) are the subclass API of Keras 3's
 optimizer base and stay in the subclasses. And it turns the values Keras 3 refuses as
-a learning rate into ones it takes (`as_learning_rate`).
+a learning rate into ones it takes (`as_learning_rate`), and keeps Keras 3's
+`LossScaleOptimizer` from densifying a sparse gradient to check it
+(`_check_finite_of_slices`).
 """
 
+import functools
 import importlib
 import numbers
 
@@ -22,6 +25,34 @@ from tf_opt_ops import _keras2
 
 _keras2.require_keras3()
 keras = importlib.import_module("keras")
+
+
+# Keras 3's LossScaleOptimizer checks each gradient with `ops.isfinite`, which turns an
+# IndexedSlices into a dense tensor of the variable's shape (a fill of True, then the values'
+# checks scattered in): a pass over the whole table per step, whatever optimizer it wraps. Its
+# answer is that of the values alone (the other entries are zeros, finite), so the check reads
+# the values. Why a patch of the class: Keras wraps the optimizer itself (`compile` under a
+# mixed_float16 policy), and nothing of ours runs before the check. See docs/optimizers.md,
+# "Mixed precision".
+def _check_finite_of_slices(check_finite):
+  """`check_finite` of each IndexedSlices' values instead of the slices."""
+
+  @functools.wraps(check_finite)
+  def check(self, grads):
+    return check_finite(self, [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads])
+
+  check.checks_slices_values = True
+  return check
+
+
+def _keep_loss_scale_check_sparse():
+  cls = getattr(keras.optimizers, "LossScaleOptimizer", None)
+  check_finite = getattr(cls, "check_finite", None)
+  if check_finite is not None and not getattr(check_finite, "checks_slices_values", False):
+    cls.check_finite = _check_finite_of_slices(check_finite)
+
+
+_keep_loss_scale_check_sparse()
 
 
 def own_trainable_variables(layer):

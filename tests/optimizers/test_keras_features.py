@@ -33,7 +33,11 @@ SPARSE_DECAY_OPS = {
     "ClippyAdagrad": "TfOptOps>ResourceSparseApplyClippyAdagradW",
 }
 # What turns an IndexedSlices into a dense tensor (tf.convert_to_tensor of one).
-DENSIFYING_OPS = {"UnsortedSegmentSum", "ScatterNd"}
+# An IndexedSlices made dense: summed (`convert_to_tensor`), scattered (Keras 3's sparse ops,
+# e.g. `ops.isfinite`: a fill, then the values' results scattered in).
+DENSIFYING_OPS = {
+    "UnsortedSegmentSum", "ScatterNd", "TensorScatterUpdate", "TensorScatterAdd", "SparseToDense"
+}
 OPTIONS = dict(learning_rate=0.05)
 # The project's float32 tolerance against the reference (rtol 1e-5, atol 1e-6): the optimizer
 # computes its step's scalars (beta powers, the clip factor) in float32, the reference in
@@ -860,8 +864,9 @@ LOSS_SCALED = [("keras", "LossScaleOptimizer"), ("keras", "loss_scale_factor"),
 @pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
 def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
   """Each API's loss scaling around ours unscales and checks the slices' values only: the update
-  is the reference's of the unscaled gradient, lazily, with no densifying op (legacy: the
-  unscaled values are a product by one value, which the Scaled op takes)."""
+  is the reference's of the unscaled gradient, lazily, with no densifying op, and the unscaled
+  values (a product or quotient by one value) are never written: the Scaled op takes them
+  unscaled, with the scale."""
   table, _ = _variables(flavor)
   opt, unscale = _loss_scaled(wrapper, flavor, opt_name)
   table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
@@ -876,8 +881,35 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
     step(tf.constant(values), tf.constant(indices))
     table_ref.sparse(values.astype(np.float64), indices)
     _assert_lazy_update(table, table_ref, before, indices)
-  sparse_ops = {opt_name: _scaled_op(SPARSE_OPS[opt_name])} if flavor == "legacy" else None
-  _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2], sparse_ops)
+  _assert_graph_stays_sparse(step, opt_name,
+                             _batches()[0][:2], {opt_name: _scaled_op(SPARSE_OPS[opt_name])})
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_keras3_loss_scale_check_reads_the_slices_values(mode):
+  """Keras 3's LossScaleOptimizer around ours checks the slices' values, not a dense copy: a NaN
+  in a row the slices name twice skips the step and halves the scale, and finite values are
+  applied. (Keras' own check scatters the values' checks into a dense copy, which keeps one of
+  a row's two here, the finite one: it applied the NaN to the table.)"""
+  import keras
+
+  from tf_opt_ops import keras as k3_ops
+  init = np.ones((ROWS, COLS), np.float32)
+  table = keras.Variable(init)
+  opt = keras.optimizers.LossScaleOptimizer(k3_ops.LazyAdam(0.1), initial_scale=LOSS_SCALE)
+  step = MODES[mode](
+      lambda values, indices: opt.apply_gradients([(_sparse(values, indices), table)]))
+  indices = tf.constant([2, 2, 5])
+  values = np.ones((3, COLS), np.float32)
+  values[0, 0] = np.nan
+  step(tf.constant(values), indices)
+  np.testing.assert_array_equal(table.numpy(), init)
+  assert float(opt.dynamic_scale.numpy()) == LOSS_SCALE / 2
+  values[0, 0] = 1.0
+  step(tf.constant(values), indices)
+  changed = np.flatnonzero((table.numpy() != init).any(axis=1))
+  np.testing.assert_array_equal(changed, [2, 5])
+  assert float(opt.dynamic_scale.numpy()) == LOSS_SCALE / 2
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
@@ -911,9 +943,10 @@ def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scale):
 
 
 def test_only_values_times_one_value_give_their_unscaled_values():
-  """`_core.scaled_slices_of` (the legacy flavor's clipped values): in a graph, values
-  `x * factor` and `x * factor / divisor` (factor, divisor of one value each; identities around)
-  give `x` and the scale; other values, and values in eager mode, nothing."""
+  """`_core.scaled_slices_of` (the legacy flavor's clipped values, the unscaled values of a loss
+  scale): in a graph, values `x * factor`, `x * factor / divisor` and `x / divisor` (factor,
+  divisor of one value each; identities around) give `x` and the scale (a factor of 1 for the
+  last); other values, and values in eager mode, nothing."""
   from tf_opt_ops import _core
 
   found = {}
@@ -923,7 +956,8 @@ def test_only_values_times_one_value_give_their_unscaled_values():
     indices = tf.constant([0, 1])
     cases = {
         "quotient": tf.identity(x * factor / divisor), "product": tf.identity(factor * x),
-        "by a row": x * row, "divided only": x / divisor, "sum": x + factor
+        "by a row": x * row, "divided only": x / divisor, "sum": x + factor,
+        "by a row, divided": x * row / divisor
     }
     for name, values in cases.items():
       slices = _core.scaled_slices_of(values, indices)
@@ -932,8 +966,8 @@ def test_only_values_times_one_value_give_their_unscaled_values():
 
   probe(tf.ones((2, COLS)), tf.constant(2.0), tf.constant([[3.0]]), tf.ones((COLS,)))
   assert found == {
-      "quotient": (True, 2), "product": (True, 1), "by a row": None, "divided only": None,
-      "sum": None
+      "quotient": (True, 2), "product": (True, 1), "by a row": None, "divided only": (True, 2),
+      "sum": None, "by a row, divided": (False, 2)
   }
   assert _core.scaled_slices_of(tf.ones((2, COLS)) * 2.0, tf.constant([0, 1])) is None
 
