@@ -182,8 +182,8 @@ def _tensorflow_window_average(acc, ids, count, indices, values, steps):
 @pytest.mark.parametrize("steps", [2, 3, 4, 8])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_an_average_over_steps_is_the_divide_bit_for_bit(dtype, steps):
-  """The op divides by steps, or multiplies by 1 / steps where steps is a power of two (2, 4,
-  8): either way each average is TensorFlow's sum / steps in the dtype, over values that round
+  """Each average is TensorFlow's sum / steps in the dtype, bit for bit, over powers of two and
+  not (a multiply by 1 / steps would give a power of two's bits too) and values that round
   (subnormal halves and quarters, ties), in rows of 37 (a vector loop and its tail) that are
   held and named once more, held only, named once, or named twice by the last micro-step."""
   rng = np.random.default_rng(6)

@@ -195,12 +195,11 @@ absl::Status WindowGradient<T, Tindex>::Group(const CpuPool& pool,
 template <typename T, typename Tindex>
 void WindowGradient<T, Tindex>::Take(const CpuPool& pool, T steps, int64_t* rows, T* average) {
   const int64_t dim = row_size();
-  const WindowMean<T> mean(steps);
   ForEachItem(pool, num_rows(), RowCost<T>(dim), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       if (u + kPrefetchSpansMedium < end) PrefetchRow(u + kPrefetchSpansMedium);
       rows[u] = this->rows()[u];
-      TakeRow(u, mean, average + u * dim);
+      TakeRow(u, steps, average + u * dim);
     }
   });
   Applied();

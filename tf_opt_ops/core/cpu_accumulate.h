@@ -7,14 +7,11 @@
 #define TF_OPT_OPS_CORE_CPU_ACCUMULATE_H_
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "tf_opt_ops/core/cpu_pool.h"
-#include "tf_opt_ops/core/optimizer_math.h"
 #include "tf_opt_ops/core/row_groups.h"
 
 namespace tf_opt_ops {
@@ -52,71 +49,19 @@ template <typename T, typename Tindex>
 absl::Status SparseAccumulateRows(const CpuPool& pool, const AccumulatorWindow<T, Tindex>& window,
                                   const MicroStepRows<T, Tindex>& step);
 
-// A window's sums over its `steps` micro-steps, as sum / steps rounds each
-// to T: by a multiply with 1 / steps where steps is a power of two whose
-// inverse is a normal T (x / 2^k and x * 2^-k are then both the correctly
-// rounded x * 2^-k, subnormal results included; a 16-bit T computes both in
-// float, exactly, and rounds once), else by the divide. Decided once per
-// call: the divider is the row loop's scarcest unit, which the update's own
-// divide and square root need.
-template <typename T>
-class WindowMean {
- public:
-  explicit WindowMean(T steps) : steps_(steps), inverse_(T(1) / steps) {
-    int exponent = 0;
-    by_inverse_ = std::frexp(Load<double>(steps), &exponent) == 0.5 &&
-                  Load<double>(inverse_) >= Load<double>(std::numeric_limits<T>::min());
-  }
-
-  // Calls f(mean_of), mean_of(sum) the average of one sum.
-  template <typename F>
-  void Visit(F&& f) const {
-    if (by_inverse_) {
-      f([inverse = inverse_](T sum) { return T(sum * inverse); });
-    } else {
-      f([steps = steps_](T sum) { return T(sum / steps); });
-    }
-  }
-
- private:
-  T steps_;
-  T inverse_;
-  bool by_inverse_;
-};
-
-// A held row's average and its zeroing, in one pass: sum[j] = mean_of(held[j]
-// + value[j]), or mean_of(held[j] + 0) where `value` is null (the step does not
-// name the row), then held[j] = 0.
-template <typename T, typename MeanOf>
-inline void HeldRowMean(T* TF_OPT_OPS_RESTRICT held, const T* TF_OPT_OPS_RESTRICT value,
-                        int64_t dim, MeanOf mean_of, T* TF_OPT_OPS_RESTRICT sum) {
-  if (value == nullptr) {
-    for (int64_t j = 0; j < dim; ++j) {
-      sum[j] = mean_of(held[j] + T(0));
-      held[j] = T(0);
-    }
-    return;
-  }
-  for (int64_t j = 0; j < dim; ++j) {
-    sum[j] = mean_of(held[j] + value[j]);
-    held[j] = T(0);
-  }
-}
-
 // The window's last micro-step, grouped with the held ids: Group validates
 // (as SparseAccumulateRows) and groups them; num_rows() is then the number of
 // distinct rows, rows()[u] the accumulator row of distinct row u, in
 // ascending order (so the row loops walk every table in address order, not
 // at random; each row's sums keep their order, so the order changes no
-// bits). TakeRow(u, mean) writes that row's average ([row_size]): the
+// bits). TakeRow(u) writes that row's average ([row_size]): the
 // accumulator's row (where held) plus the step's values in order, each
-// addition rounded to T, over the steps (`mean`); a held row the step does
-// not name is its accumulator row plus 0. It then zeroes the row of the
-// accumulator (where held), in the same pass where the step names the row at
-// most once (every row, when the step's indices are distinct). Take takes
-// every row (`rows`, [num_rows()]; `average`, [num_rows(), row_size]) and
-// zeroes the count; a caller that takes the rows itself (the fused lazy Adam
-// and Clippy of cpu_kernels.h) calls Applied once it has.
+// addition rounded to T, over `steps`; a held row the step does not name is
+// its accumulator row plus 0. It then zeroes the row of the accumulator
+// (where held). Take takes every row (`rows`, [num_rows()]; `average`,
+// [num_rows(), row_size]) and zeroes the count; a caller that takes the rows
+// itself (the fused lazy Adam and Clippy of cpu_kernels.h) calls Applied once
+// it has.
 template <typename T, typename Tindex>
 class WindowGradient {
  public:
@@ -147,41 +92,32 @@ class WindowGradient {
     const int64_t row_bytes = row_size() * static_cast<int64_t>(sizeof(T));
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(v + b, /*rw=*/0, 3);
   }
-  void TakeRow(int64_t u, const WindowMean<T>& mean, T* sum) const {
-    mean.Visit([&](auto mean_of) { TakeRowWith(u, mean_of, sum); });
-  }
-
- private:
-  template <typename MeanOf>
-  void TakeRowWith(int64_t u, MeanOf mean_of, T* sum) const {
+  void TakeRow(int64_t u, T steps, T* sum) const {
     const int64_t dim = row_size();
     T* held_row = window_.accumulator + rows()[u] * dim;
+    const T* values = step_.values;
     const bool is_held = first_[u] < held_;
-    const T* first_value = step_first_[u] < 0 ? nullptr : step_.values + step_first_[u] * dim;
-    // The step's later values of the row: positions in ids_, in order.
-    const int64_t later = first_value == nullptr ? -1 : groups_.next(step_first_[u] + held_);
-    if (later < 0) {
-      if (is_held) {
-        HeldRowMean(held_row, first_value, dim, mean_of, sum);
-      } else {
-        for (int64_t j = 0; j < dim; ++j) sum[j] = mean_of(first_value[j]);
-      }
-      return;
-    }
-    if (is_held) {
-      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + first_value[j];
+    int64_t p = step_first_[u] < 0 ? -1 : step_first_[u] + held_;  // positions in order
+    if (!is_held) {
+      std::copy_n(values + (p - held_) * dim, dim, sum);
+    } else if (p >= 0) {
+      const T* v = values + (p - held_) * dim;
+      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + v[j];
     } else {
-      std::copy_n(first_value, dim, sum);
+      for (int64_t j = 0; j < dim; ++j) sum[j] = held_row[j] + T(0);
     }
-    for (int64_t p = later; p >= 0; p = groups_.next(p)) {
-      const T* v = step_.values + (p - held_) * dim;
-      for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+    if (p >= 0) {
+      for (p = groups_.next(p); p >= 0; p = groups_.next(p)) {
+        const T* v = values + (p - held_) * dim;
+        for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] + v[j];
+      }
     }
-    for (int64_t j = 0; j < dim; ++j) sum[j] = mean_of(sum[j]);
+    for (int64_t j = 0; j < dim; ++j) sum[j] = sum[j] / steps;
     // The average is out of the accumulator: the window is applied.
     if (is_held) std::fill_n(held_row, dim, T(0));
   }
 
+ private:
   AccumulatorWindow<T, Tindex> window_{};
   MicroStepRows<T, Tindex> step_{};
   int64_t held_ = 0;         // the held ids: positions [0, held_) of ids_

@@ -192,13 +192,12 @@ void TakeWindowRows(const CpuPool& pool, WindowGradient<T, Tindex>& window, T st
   const int64_t* rows = window.rows();
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };
-  const WindowMean<T> mean(steps);
   ForEachItem(pool, window.num_rows(), cost, [&](int64_t begin, int64_t end) {
     std::vector<T> average(dim);
     auto update = make_update();
     ForEachSpan(begin, end, tables, offset, length, [&](int64_t u, int64_t o) {
       if (u + kPrefetchSpansMedium < end) window.PrefetchStepRow(u + kPrefetchSpansMedium);
-      window.TakeRow(u, mean, average.data());
+      window.TakeRow(u, steps, average.data());
       update(u, o, static_cast<const T*>(average.data()));
     });
   });
@@ -360,13 +359,12 @@ ComputeT<T> SparseApplyClippyAdagradWindow(const CpuPool& pool, WindowGradient<T
   // thread would do).
   const auto offset = [rows, dim](int64_t u) { return rows[u] * dim; };
   const auto length = [dim](int64_t) { return dim; };
-  const WindowMean<T> mean(steps);
   const ComputeT<T> scale =
       ClippyTwoPasses(pool, var, accum, PlainGradRows<T>{average, dim}, window.num_rows(), dim,
                       offset, length, step, [&](int64_t u, int64_t end) {
                         if (u + kPrefetchSpansMedium < end)
                           window.PrefetchRow(u + kPrefetchSpansMedium);
-                        window.TakeRow(u, mean, average + u * dim);
+                        window.TakeRow(u, steps, average + u * dim);
                       });
   window.Applied();
   return scale;
