@@ -54,7 +54,7 @@ def _accumulate_reference(acc, ids, count, indices, values):
 def _window_reference(acc, ids, count, indices, values, steps):
   """{row: average} of ResourceSparseTakeWindowGradient, and the accumulator after it."""
   held = set(ids[:count].tolist())
-  zero = np.zeros(DIM, acc.dtype)
+  zero = np.zeros(acc.shape[1], acc.dtype)
   average = {}
   for row in held | set(indices.tolist()):
     positions = [i for i, r in enumerate(indices) if r == row]
@@ -141,6 +141,68 @@ def test_a_window_of_many_rows_is_the_references_bit_for_bit():
   assert sorted(taken.tolist()) == sorted(named)
   np.testing.assert_array_equal(_bits(average.numpy()), _bits(want[taken] / np.float32(steps)))
   assert not np.any(acc.numpy()) and int(count.numpy()) == 0
+
+
+def _rounding_values(rng, shape, dtype):
+  """Values whose average rounds, or nearly: multiples of the dtype's smallest subnormal (odd
+  ones halve to a tie), values just above its smallest normal (their averages are subnormal),
+  normal values over many exponents, the largest finite value, zeros of both signs and
+  infinity."""
+  info = ml_dtypes.finfo(DTYPES[dtype])
+  n = int(np.prod(shape))
+  smallest, tiny, eps = (float(x) for x in (info.smallest_subnormal, info.tiny, info.eps))
+  kinds = np.stack([
+      rng.integers(1, 64, n) * smallest,
+      tiny * (1.0 + rng.integers(0, 64, n) * eps),
+      rng.standard_normal(n) * 2.0**rng.integers(-12, 12, n),
+      rng.choice([float(info.max), 0.0, np.inf], n),
+  ])
+  picked = kinds[rng.integers(0, len(kinds), n), np.arange(n)] * rng.choice([-1.0, 1.0], n)
+  return picked.reshape(shape).astype(DTYPES[dtype])
+
+
+def _tensorflow_window_average(acc, ids, count, indices, values, steps):
+  """{row: average} of the window as TensorFlow's own add and divide ops give it: the rounding
+  of _window_reference, in the denormal mode TensorFlow runs ops in (which may flush
+  subnormals, as it does for the op under test)."""
+  held = set(ids[:count].tolist())
+  divisor = tf.constant(steps, tf.as_dtype(acc.dtype))
+  average = {}
+  for row in held | set(indices.tolist()):
+    terms = [tf.constant(values[i]) for i, r in enumerate(indices) if r == row]
+    if row in held:  # a held row the step does not name is its accumulator row plus 0
+      terms = [tf.constant(acc[row])] + (terms or [tf.zeros(acc.shape[1], divisor.dtype)])
+    total = terms[0]
+    for term in terms[1:]:
+      total = total + term
+    average[row] = np.asarray(tf.math.divide(total, divisor).numpy())
+  return average
+
+
+@pytest.mark.parametrize("steps", [2, 3, 4, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_average_over_steps_is_the_divide_bit_for_bit(dtype, steps):
+  """Each average is TensorFlow's sum / steps in the dtype, bit for bit, over powers of two and
+  not (a multiply by 1 / steps would give a power of two's bits too) and values that round
+  (subnormal halves and quarters, ties), in rows of 37 (a vector loop and its tail) that are
+  held and named once more, held only, named once, or named twice by the last micro-step."""
+  rng = np.random.default_rng(6)
+  rows, dim = 12, 37
+  acc = tf.Variable(tf.zeros((rows, dim), tf.as_dtype(DTYPES[dtype])))
+  ids, count = tf.Variable(np.zeros(rows, np.int64)), tf.Variable(np.int64(0))
+  held, last = np.arange(8), np.array([4, 5, 8, 9, 10, 11, 9, 4])
+  ops.sparse_accumulate_rows(acc, ids, count, tf.constant(held),
+                             tf.constant(_rounding_values(rng, (len(held), dim), dtype)))
+  values = _rounding_values(rng, (len(last), dim), dtype)
+  acc0, ids0, count0 = _numpy(acc), _numpy(ids), int(count.numpy())
+  taken, average = ops.sparse_take_window_gradient(acc, ids, count, tf.constant(last),
+                                                   tf.constant(values), steps)
+  want = _tensorflow_window_average(acc0, ids0, count0, last, values, steps)
+  assert sorted(taken.numpy().tolist()) == list(range(rows))
+  for u, row in enumerate(taken.numpy()):
+    np.testing.assert_array_equal(_bits(np.asarray(average.numpy())[u]), _bits(want[row]),
+                                  err_msg=f"row {row}")
+  assert not np.any(_numpy(acc)) and int(count.numpy()) == 0
 
 
 def test_negative_zero_is_written_as_it_is_into_an_empty_window():
