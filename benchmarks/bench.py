@@ -636,13 +636,11 @@ def _feature_optimizers(api, optimizer):
           functools.partial(loss_scale_optimizer, initial_scale=LOSS_SCALE))
 
 
-def _feature_step(api, make, options, table, case):
-  """`_apply_gradients_step` of `make(learning_rate=0.001, **options)`, wrapped in
-  `loss_scale_optimizer` when the options say so."""
-  options = dict(options)
-  wrap = options.pop("loss_scale_optimizer", None)
+def _feature_step(api, make, options, table, case, wrap=None):
+  """`_apply_gradients_step` of `make(learning_rate=0.001, **options)`, wrapped in `wrap` (the
+  API's LossScaleOptimizer) when given."""
   optimizer = make(learning_rate=0.001, **options)
-  if not wrap:
+  if wrap is None:
     return _apply_gradients_step(optimizer, table, case)
   optimizer = wrap(optimizer)
   # Keras 3's apply unscales; tf_keras' and legacy's leave it to the loop.
@@ -657,15 +655,15 @@ def bench_feature(case, api, options, rounds, optimizer="LazyAdam", seed=0):
   import tensorflow as tf
 
   ours, stock, variable, loss_scale_optimizer = _feature_optimizers(api, optimizer)
-  if options.get("loss_scale_optimizer"):
-    options = dict(options, loss_scale_optimizer=loss_scale_optimizer)
+  options = dict(options)
+  wrap = loss_scale_optimizer if options.pop("loss_scale_optimizer", False) else None
   steps = distinct_row_steps(case, seed)
   init = tf.random.normal((case.rows, case.dim), seed=seed)
   variants = {
       "bare": _feature_step(api, ours, {}, variable(init), case),
-      "ours": _feature_step(api, ours, options, variable(init), case),
+      "ours": _feature_step(api, ours, options, variable(init), case, wrap),
   }
-  stock_step = _feature_step(api, stock, options, variable(init), case)
+  stock_step = _feature_step(api, stock, options, variable(init), case, wrap)
   del init  # a table's worth of memory
   stock_error = None
   try:
