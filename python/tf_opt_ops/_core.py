@@ -113,12 +113,13 @@ def _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update
 
 
 def _split_gradient(var, grad, indices, scale_in_op=False):
-  """(gradient values cast to `var`'s dtype, indices or None, that dtype, their scale or None).
+  """(gradient values cast to `var`'s dtype, indices or None, that dtype, the sparse op's
+  arguments `grad_scale=` and `grad_clip=` for them, a dict, empty for none).
 
   With `scale_in_op` (the caller's sparse op runs where it applies a `grad_scale` itself: the
   CPU kernel, outside XLA), a `ScaledSlices` of `var`'s dtype gives its unscaled values and
-  their scale, so that the scaled values are never written; else its values are the scaled
-  ones, and the scale None.
+  their scale and clip, so that the scaled values are never written; else its values are the
+  scaled ones, and the dict empty.
   """
   if (indices is None and scale_in_op and isinstance(grad, tf.IndexedSlices) and
       not isinstance(grad, ScaledSlices)):
@@ -127,12 +128,12 @@ def _split_gradient(var, grad, indices, scale_in_op=False):
     grad = scaled_slices_of(grad.values, grad.indices) or grad
   if (indices is None and scale_in_op and isinstance(grad, ScaledSlices) and
       grad.dtype == value_dtype(var, grad)):
-    return grad.unscaled_values, grad.indices, grad.dtype, grad.grad_scale
+    return grad.unscaled_values, grad.indices, grad.dtype, grad.op_scaling()
   if indices is None and isinstance(grad, tf.IndexedSlices):
     grad, indices = grad.values, grad.indices
   grad = tf.convert_to_tensor(grad)
   dtype = value_dtype(var, grad)
-  return tf.cast(grad, dtype), indices, dtype, None
+  return tf.cast(grad, dtype), indices, dtype, {}
 
 
 def _scales_in_op(var, on_mesh):
@@ -176,7 +177,9 @@ class ScaledSlices(tf.IndexedSlices):
   """A clipped sparse gradient: `tf.IndexedSlices` whose values are its unscaled values times
   `grad_scale`, `(factor,)` (`values * factor`, Keras' global_clipnorm) or `(factor, divisor)`
   (`values * factor / divisor`, Keras' clipnorm), scalars of the values' dtype, each
-  operation rounded to it as Keras computes it.
+  operation rounded to it as Keras computes it; then, with `grad_clip` `(least, greatest)`,
+  clipped to those as `tf.clip_by_value` clips (Keras' clipvalue; `grad_scale` may then be
+  empty).
 
   Scaling the values is a pass that reads and writes every gradient row before the update
   reads them again. The fused sparse ops apply the scale themselves where they read each
@@ -188,9 +191,10 @@ class ScaledSlices(tf.IndexedSlices):
   docs/design.md, "Clipping in the update".
   """
 
-  def __init__(self, values, indices, dense_shape, grad_scale):
+  def __init__(self, values, indices, dense_shape, grad_scale, grad_clip=None):
     super().__init__(values, indices, dense_shape)
     self._grad_scale = tuple(grad_scale)
+    self._grad_clip = None if grad_clip is None else tuple(grad_clip)
     self._scaled = None  # (graph, or None in eager mode; the scaled values made there)
 
   @property
@@ -202,6 +206,17 @@ class ScaledSlices(tf.IndexedSlices):
     return self._grad_scale
 
   @property
+  def grad_clip(self):
+    return self._grad_clip
+
+  def op_scaling(self):
+    """The sparse ops' `grad_scale=` and `grad_clip=` arguments that give these values."""
+    out = {"grad_scale": self._grad_scale} if self._grad_scale else {}
+    if self._grad_clip is not None:
+      out["grad_clip"] = self._grad_clip
+    return out
+
+  @property
   def dtype(self):
     return self._values.dtype
 
@@ -209,9 +224,13 @@ class ScaledSlices(tf.IndexedSlices):
   def values(self):
     graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
     if self._scaled is None or self._scaled[0] is not graph:
-      scaled = self._values * self._grad_scale[0]
+      scaled = self._values
+      if self._grad_scale:
+        scaled = scaled * self._grad_scale[0]
       if len(self._grad_scale) == 2:
         scaled = scaled / self._grad_scale[1]
+      if self._grad_clip is not None:
+        scaled = tf.clip_by_value(scaled, *self._grad_clip)
       self._scaled = (graph, scaled)
     return self._scaled[1]
 
@@ -221,23 +240,37 @@ def scaled_slices_of(values, indices):
   product `x * factor`, the quotient `x * factor / divisor` or `x / divisor` (through
   identities) of `x` by tensors of one value each: what `tf.clip_by_norm` and
   `tf.clip_by_global_norm` make of a slice's values, which tf_keras' legacy OptimizerV2 hands the
-  update split from their indices, and Keras 3's LossScaleOptimizer's unscaled slices. The
-  Scaled ops compute `x * factor / divisor` as those ops do, each operation rounded to the
-  values' dtype (a factor of 1 for `x / divisor`: exact), so the same bits, and the graph's
-  multiply or divide, unused, is pruned. None for other values, and in eager mode (the product
-  is computed already)."""
+  update split from their indices, and Keras 3's LossScaleOptimizer's unscaled slices; or such
+  a product, or `x` itself, clipped by `tf.clip_by_value` to one-value bounds (Keras' clipvalue
+  in each API: `maximum(minimum(., greatest), least)`). The Scaled ops compute `x * factor /
+  divisor` as those ops do, each operation rounded to the values' dtype (a factor of 1 for `x /
+  divisor`: exact), then the minimum and the maximum as TensorFlow's ops do, so the same bits,
+  and the graph's multiply, divide and clip, unused, are pruned. None for other values, and in
+  eager mode (the product is computed already)."""
   if tf.executing_eagerly() or not hasattr(values, "op") or values.shape.rank is None:
     return None
+  rank, dtype = values.shape.rank, values.dtype
 
   def one_value(t):
-    return t.shape.is_fully_defined() and t.shape.num_elements() == 1 and (t.shape.rank
-                                                                           <= values.shape.rank)
+    return t.shape.is_fully_defined() and t.shape.num_elements() == 1 and t.shape.rank <= rank
 
   def same_shape(t):
-    return t.shape.rank == values.shape.rank and t.dtype == values.dtype
+    return t.shape.rank == rank and t.dtype == dtype
 
-  while values.op.type == "Identity":
-    values = values.op.inputs[0]
+  def through_identities(t):
+    while t.op.type == "Identity":
+      t = t.op.inputs[0]
+    return t
+
+  values = through_identities(values)
+  grad_clip = None
+  # tf.clip_by_value's ops, each bound the second input (on a tie TensorFlow's minimum and
+  # maximum keep their first input, as the Scaled ops keep the value).
+  if (values.op.type == "Maximum" and one_value(values.op.inputs[1]) and
+      values.op.inputs[0].op.type == "Minimum" and one_value(values.op.inputs[0].op.inputs[1])):
+    least, lowered = values.op.inputs[1], values.op.inputs[0]
+    grad_clip = (tf.reshape(least, []), tf.reshape(lowered.op.inputs[1], []))
+    values = through_identities(lowered.op.inputs[0])
   divisor = None
   product = values
   if values.op.type == "RealDiv" and one_value(values.op.inputs[1]):
@@ -249,12 +282,12 @@ def scaled_slices_of(values, indices):
       factor, x = x, factor
     if not (one_value(factor) and same_shape(x)):
       x, factor = product, None
-  if factor is None:
-    if divisor is None or not same_shape(x):
-      return None
+  if factor is None and divisor is not None:
     factor = tf.ones([], x.dtype)
+  if (factor is None and grad_clip is None) or not same_shape(x):
+    return None
   grad_scale = [tf.reshape(t, []) for t in (factor, divisor) if t is not None]
-  return ScaledSlices(x, indices, None, grad_scale)
+  return ScaledSlices(x, indices, None, grad_scale, grad_clip)
 
 
 def clip_by_global_norm(grads, clip_norm):
@@ -797,7 +830,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   window's average (`take_window_gradient`'s) and updates the window's rows with it in one
   pass; with `moving_average` too, the same pass keeps the average of the window's rows.
   """
-  grad, indices, dtype, grad_scale = _split_gradient(
+  grad, indices, dtype, grad_scaling = _split_gradient(
       var, grad, indices, scale_in_op=window is None and _scales_in_op(var, on_mesh))
   if moving_average is not None and (light is not None or on_mesh or indices is None):
     raise ValueError("lazy_adam: moving_average= runs only in the sparse op with the default "
@@ -827,7 +860,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
       weight_decay = tf.cast(tf.cast(weight_decay, dtype), scalar_dtype(dtype))
   if light is not None:
     return _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh,
-                            weight_decay, grad_scale)
+                            weight_decay, grad_scaling)
   if on_mesh:
     if indices is None:
       return _standard_ops.dense_adam(var, m, v, grad, **hypers)
@@ -838,7 +871,7 @@ def lazy_adam(var, m, v, grad, *, lr, beta_1, beta_2, epsilon, step, use_locking
   if indices is not None:
     return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
                                 weight_decay=weight_decay, moving_average=moving_average,
-                                window=window, grad_scale=grad_scale, **scalars)
+                                window=window, **grad_scaling, **scalars)
   # Standard ops only (ResourceApplyAdam has an XLA kernel): no fallback needed.
   if fused_dense and dtype in (tf.float32, tf.float64):
     return tf.raw_ops.ResourceApplyAdam(var=handle(var), m=handle(m), v=handle(v), grad=grad,
@@ -865,7 +898,7 @@ def _refuse_light_state_in_standard_ops(what, var, on_mesh):
 
 
 def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking, on_mesh,
-                     weight_decay, grad_scale):
+                     weight_decay, grad_scaling):
   """Lazy Adam with light slots: op ResourceSparseApplyLazyAdamV2, a dense gradient as all rows."""
   _refuse_light_state_in_standard_ops("LazyAdam with slot_dtype / rowwise_second_moment", var,
                                       on_mesh)
@@ -873,7 +906,7 @@ def _light_lazy_adam(var, m, v, grad, indices, dtype, hypers, light, use_locking
     indices = tf.range(tf.shape(grad, out_type=tf.int64)[0])
   scalars, _ = adam_scalars(scalar_dtype(dtype), **hypers)
   return ops.sparse_lazy_adam(var, m, v, grad, indices, use_locking=use_locking,
-                              step=hypers["step"], weight_decay=weight_decay, grad_scale=grad_scale,
+                              step=hypers["step"], weight_decay=weight_decay, **grad_scaling,
                               **scalars, **light)
 
 
@@ -906,7 +939,7 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   """
   _check_clippy_flags(clip_accumulator_update, use_standard_accumulator_update)
   # A given scale goes into the gradient itself (`_with_given_scale`): no grad_scale then.
-  grad, indices, dtype, grad_scale = _split_gradient(
+  grad, indices, dtype, grad_scaling = _split_gradient(
       var, grad, indices, scale_in_op=(window is None and scale is None and
                                        _scales_in_op(var, on_mesh)))
   if moving_average is not None and (light is not None or on_mesh or indices is None or
@@ -951,7 +984,7 @@ def clippy_adagrad(var, accum, grad, *, lr, epsilon, variable_relative_threshold
   if indices is not None:
     op_scale = ops.sparse_clippy_adagrad(var, accum, grad, indices, use_locking=use_locking,
                                          weight_decay=weight_decay, moving_average=moving_average,
-                                         window=window, grad_scale=grad_scale, **hypers, **flags,
+                                         window=window, **grad_scaling, **hypers, **flags,
                                          **(light or {}))
   else:
     op_scale = ops.clippy_adagrad(var, accum, grad, use_locking=use_locking, **hypers, **flags,

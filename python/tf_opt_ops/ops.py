@@ -67,7 +67,7 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
                      beta_2=0.999, epsilon=1e-7, use_locking=False, slot_dtype=None,
                      rowwise_second_moment=False, stochastic_rounding=False, seed=0, step=0,
                      weight_decay=None, moving_average=None, window=None, grad_scale=None,
-                     name=None):
+                     grad_clip=None, name=None):
   """Lazy Adam on the rows of `var`, `m`, `v` named by `indices` (duplicates summed).
 
   The formula is the doc of op `TfOptOps>ResourceSparseApplyLazyAdam`
@@ -111,6 +111,10 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
   each gradient value is read as `grad * factor` (`/ divisor`), each operation rounded to that
   dtype, the bits of passing those values as `grad` (Keras' global_clipnorm and clipnorm)
   without a tensor of them (the `...Scaled` op of each op above but the window ops). CPU only.
+
+  `grad_clip` (None: none): `(least, greatest)`, scalars of `grad`'s dtype: each value, scaled
+  by `grad_scale` first where it is given, is clipped to them as `tf.clip_by_value` clips (a
+  NaN stays NaN; Keras' clipvalue), in the same `...Scaled` op. CPU only.
   """
   grad = tf.convert_to_tensor(grad)
   s = scalar_dtype(grad.dtype)
@@ -120,7 +124,7 @@ def sparse_lazy_adam(var, m, v, grad, indices, *, beta_1_power, beta_2_power, lr
                 use_locking=use_locking, name=name)
   if weight_decay is not None:
     inputs["weight_decay"] = _scalar(weight_decay, s)
-  scaled = _grad_scale_inputs(grad_scale, grad.dtype, window, "sparse_lazy_adam", inputs)
+  scaled = _grad_scale_inputs(grad_scale, grad_clip, grad.dtype, window, "sparse_lazy_adam", inputs)
   lib = load_library()
   slot_dtype = tf.as_dtype(slot_dtype or _value_dtype(m, grad))
   light_types = (tf.float16, tf.bfloat16, tf.float32)
@@ -191,7 +195,7 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
                           use_standard_accumulator_update=False, use_locking=False,
                           accumulator_dtype=None, stochastic_rounding=False, seed=0, step=0,
                           weight_decay=None, moving_average=None, window=None, grad_scale=None,
-                          name=None):
+                          grad_clip=None, name=None):
   """Clippy Adagrad on the rows named by `indices` (duplicates summed first).
 
   The math is that of `clippy_adagrad` over the touched rows only (op
@@ -220,12 +224,14 @@ def sparse_clippy_adagrad(var, accum, grad, indices, *, lr=0.001, epsilon=1e-7,
   the numbers of `sparse_take_window_gradient` followed by this update. CPU only,
   `accum` and `accumulator` of `var`'s dtype (no V2 options), `row_ids` of `indices`'.
 
-  `grad_scale` (None: none): as in `sparse_lazy_adam`, the gradient values read scaled in both
-  passes (the `...Scaled` op of each op above but the window ops). CPU only.
+  `grad_scale`, `grad_clip` (None: none): as in `sparse_lazy_adam`, the gradient values read
+  scaled and clipped in both passes (the `...Scaled` op of each op above but the window ops).
+  CPU only.
   """
   grad = tf.convert_to_tensor(grad)
   extra_inputs = {}
-  _grad_scale_inputs(grad_scale, grad.dtype, window, "sparse_clippy_adagrad", extra_inputs)
+  _grad_scale_inputs(grad_scale, grad_clip, grad.dtype, window, "sparse_clippy_adagrad",
+                     extra_inputs)
   if weight_decay is not None:
     extra_inputs.update(weight_decay=_scalar(weight_decay, scalar_dtype(grad.dtype)))
   light = stochastic_rounding or tf.as_dtype(accumulator_dtype or
@@ -286,18 +292,27 @@ def _apply_clippy(op_name, var, accum, grad, hyperparameters, light, **inputs_an
               light["stochastic_rounding"]), seed=light["seed"])
 
 
-def _grad_scale_inputs(grad_scale, dtype, window, caller, inputs):
-  """Adds `grad_scale` (see `sparse_lazy_adam`) to `inputs`; returns the suffix of the op that
-  takes it ("" for none)."""
-  if grad_scale is None:
+def _grad_scale_inputs(grad_scale, grad_clip, dtype, window, caller, inputs):
+  """Adds `grad_scale` and `grad_clip` (see `sparse_lazy_adam`) to `inputs`; returns the suffix
+  of the op that takes them ("" for neither)."""
+  if grad_scale is None and grad_clip is None:
     return ""
   if window is not None:
-    raise ValueError(f"{caller}: no window op takes grad_scale=; scale the gradient values "
-                     "first.")
-  if len(grad_scale) not in (1, 2):
+    raise ValueError(f"{caller}: no window op takes grad_scale= or grad_clip=; scale and clip "
+                     "the gradient values first.")
+  grad_scale = tuple(grad_scale or ())
+  if len(grad_scale) > 2 or (not grad_scale and grad_clip is None):
     raise ValueError(f"{caller}: grad_scale= is (factor,) or (factor, divisor), got "
                      f"{len(grad_scale)} values.")
-  inputs["grad_scale"] = [tf.cast(x, dtype) for x in grad_scale]
+  if grad_clip is not None and len(grad_clip) != 2:
+    raise ValueError(f"{caller}: grad_clip= is (least, greatest), got {len(grad_clip)} values.")
+  # A Python number straight to `dtype`, as tf.clip_by_value converts its bounds.
+  inputs["grad_scale"] = [
+      tf.cast(tf.convert_to_tensor(x, dtype_hint=dtype), dtype)
+      for x in grad_scale + tuple(grad_clip or ())
+  ]
+  if grad_clip is not None:
+    inputs["clip_grad_values"] = True
   return "_scaled"
 
 

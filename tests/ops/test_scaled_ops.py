@@ -1,9 +1,11 @@
 """The Scaled ops (`ResourceSparseApplyLazyAdamScaled`, ... `ResourceSparseApplyClippyAdagrad
-WAveragedScaled`): Keras' clip factor applied where the op reads each gradient value.
+WAveragedScaled`): Keras' clip factor and clip range applied where the op reads each gradient
+value.
 
 Each Scaled op with `grad_scale` (a factor, or a factor and a divisor, in the table's dtype)
-equals, bit for bit, the op it extends fed the values scaled first in TensorFlow in that dtype
-(`values * factor`, `/ divisor`: what Keras' global_clipnorm and clipnorm hand it), for every
+and `grad_clip` (a least and a greatest value) equals, bit for bit, the op it extends fed the
+values scaled and clipped first in TensorFlow in that dtype (`values * factor`, `/ divisor`,
+`tf.clip_by_value`: what Keras' global_clipnorm, clipnorm and clipvalue hand it), for every
 table dtype, both index dtypes, duplicate and distinct indices, eager and tf.function, with and
 without weight decay and with light state. The ops it extends keep their inputs and generated
 wrappers. Why: see docs/design.md, "Clipping in the update".
@@ -31,19 +33,35 @@ INDICES = {
 HYPER = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
 CLIPPY_HYPER = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.05,
                     accumulator_relative_threshold=0.0, absolute_threshold=1e-4)
-# (factor,): global_clipnorm's scale; (factor, divisor): clipnorm's clip norm over the norm.
-SCALES = {"factor": (0.371,), "factor-divisor": (1.3, 7.77)}
+# (factor,): global_clipnorm's scale; (factor, divisor): clipnorm's clip norm over the norm;
+# grad_clip: clipvalue's range (gradient values are in [-3, 3]: each range clips some), alone
+# and after a scale (Keras 3's LossScaleOptimizer unscales, then the optimizer clips).
+SCALES = {
+    "factor": dict(grad_scale=(0.371,)),
+    "factor-divisor": dict(grad_scale=(1.3, 7.77)),
+    "clip": dict(grad_clip=(-0.8, 1.1)),
+    "factor-divisor-clip": dict(grad_scale=(1.3, 7.77), grad_clip=(-0.2, 0.25)),
+}
 WEIGHT_DECAY = 0.3
 
 
-def _grad_scale(scale, dtype):
-  return tuple(tf.cast(tf.constant(x, tf.float64), dtype) for x in scale)
+def _scaling(scale, dtype):
+  """`scale` (a SCALES entry) as scalars of `dtype`."""
+  return {k: tuple(tf.cast(tf.constant(x, tf.float64), dtype) for x in v) for k, v in scale.items()}
 
 
-def _prescaled(grad, grad_scale):
-  """The values as Keras scales them: in their dtype, multiplied, then divided."""
-  out = grad * grad_scale[0]
-  return out / grad_scale[1] if len(grad_scale) == 2 else out
+def _prescaled(grad, scaling):
+  """The values as Keras scales and clips them: in their dtype, multiplied, divided, then
+  clipped by tf.clip_by_value."""
+  out = grad
+  grad_scale = scaling.get("grad_scale", ())
+  if grad_scale:
+    out = out * grad_scale[0]
+  if len(grad_scale) == 2:
+    out = out / grad_scale[1]
+  if "grad_clip" in scaling:
+    out = tf.clip_by_value(out, *scaling["grad_clip"])
+  return out
 
 
 def _table_variables(dtype, shapes, seed):
@@ -88,7 +106,7 @@ def _lazy_adam_pair(dtype, index_dtype, indices, mode, decays, scale, averaged=F
   v_shape = (n_rows,) if light.get("rowwise_second_moment") else (n_rows, DIM)
   shapes = [((n_rows, DIM), dtype), ((n_rows, DIM), slot_dtype), (v_shape, slot_dtype)]
   grad = _grad(dtype, len(indices))
-  grad_scale = _grad_scale(scale, dtype)
+  scaling = _scaling(scale, dtype)
   runs = []
   for scaled in (True, False):
     variables = _table_variables(dtype, shapes, seed=1)
@@ -96,12 +114,12 @@ def _lazy_adam_pair(dtype, index_dtype, indices, mode, decays, scale, averaged=F
 
     def update(variables=variables, scaled=scaled, moving_average=moving_average):
       var, m, v = variables
-      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, grad_scale),
+      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, scaling),
                            tf.constant(indices, index_dtype), beta_1_power=0.9**3,
                            beta_2_power=0.999**3, step=3,
                            weight_decay=WEIGHT_DECAY if decays else None,
-                           moving_average=moving_average, grad_scale=grad_scale if scaled else None,
-                           **HYPER, **light)
+                           moving_average=moving_average, **(scaling if scaled else {}), **HYPER,
+                           **light)
 
     _run(update, variables, mode)
     runs.append(variables + (list(moving_average[:2]) if averaged else []))
@@ -133,7 +151,7 @@ def _clippy_pair(dtype, index_dtype, indices, mode, decays, scale, averaged=Fals
   light = light or {}
   accum_dtype = light.get("accumulator_dtype", dtype)
   grad = _grad(dtype, len(indices))
-  grad_scale = _grad_scale(scale, dtype)
+  scaling = _scaling(scale, dtype)
   runs, op_scales = [], []
   for scaled in (True, False):
     variables = _table_variables(dtype, [((n_rows, DIM), dtype), ((n_rows, DIM), accum_dtype)],
@@ -142,12 +160,11 @@ def _clippy_pair(dtype, index_dtype, indices, mode, decays, scale, averaged=Fals
 
     def update(variables=variables, scaled=scaled, moving_average=moving_average):
       var, accum = variables
-      return ops.sparse_clippy_adagrad(var, accum, grad if scaled else _prescaled(grad, grad_scale),
+      return ops.sparse_clippy_adagrad(var, accum, grad if scaled else _prescaled(grad, scaling),
                                        tf.constant(indices, index_dtype),
                                        weight_decay=WEIGHT_DECAY if decays else None,
-                                       moving_average=moving_average,
-                                       grad_scale=grad_scale if scaled else None, step=3,
-                                       **CLIPPY_HYPER, **light)
+                                       moving_average=moving_average, **(scaling if scaled else {}),
+                                       step=3, **CLIPPY_HYPER, **light)
 
     op_scales.append(_run(update, variables, mode).numpy())
     runs.append(variables + (list(moving_average[:2]) if averaged else []))
@@ -260,6 +277,32 @@ def test_more_than_two_grad_scales_are_refused():
   np.testing.assert_array_equal(var.numpy(), np.ones((3, 2), np.float32))
 
 
+def test_the_clip_attr_defaults_to_no_clip():
+  # Graphs written before the clip range load unchanged: the attr has a default.
+  from tensorflow.python.framework import op_def_registry
+
+  load_library()
+  for name in SCALED_OPS:
+    attr = {a.name: a for a in op_def_registry.get(name).attr}["clip_grad_values"]
+    assert attr.type == "bool" and attr.default_value.b is False, name
+
+
+def test_a_clip_range_is_two_bounds():
+  var, accum = tf.Variable(tf.ones((3, 2))), tf.Variable(tf.ones((3, 2)))
+  with pytest.raises(ValueError, match="grad_clip= is"):
+    ops.sparse_clippy_adagrad(var, accum, tf.ones((1, 2)), [0], grad_clip=(1.0,))
+  lib = load_library()
+  for grad_scale in ([1.0], [1.0, 2.0, 3.0, 4.0, 5.0]):
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                       match=f"num_grad_scales = {len(grad_scale)} with clip_grad_values = true"):
+      tf.function(
+          lambda grad_scale=grad_scale: lib.tf_opt_ops_resource_sparse_apply_clippy_adagrad_scaled(
+              var=var.handle, accum=accum.handle, lr=0.1, epsilon=1e-7, variable_relative_threshold=
+              0.1, accumulator_relative_threshold=0.0, absolute_threshold=1e-7, grad=tf.ones(
+                  (1, 2)), indices=[0], grad_scale=grad_scale, clip_grad_values=True))()
+  np.testing.assert_array_equal(var.numpy(), np.ones((3, 2), np.float32))
+
+
 def test_window_ops_take_no_scale():
   var, m, v, accumulator = (tf.Variable(tf.ones((3, 2))) for _ in range(4))
   row_ids, row_count = tf.Variable(tf.zeros([3], tf.int32)), tf.Variable(0)
@@ -334,15 +377,50 @@ def test_the_divide_swept_over_values_and_divisors_is_the_divide(factor):
   pairs = 0
   for divisor in divisors:
     grad = tf.constant(_sweep_values(rng, divisor, factor))
-    grad_scale = (tf.constant(factor, tf.float32), tf.constant(divisor, tf.float32))
+    grad_scale = dict(grad_scale=(tf.constant(factor, tf.float32),
+                                  tf.constant(divisor, tf.float32)))
     slots = []
     for scaled in (True, False):
       var, m, v = (tf.Variable(tf.zeros((SWEEP_ROWS, 128))) for _ in range(3))
       ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, grad_scale), indices,
                            beta_1_power=0.5, beta_2_power=0.5, lr=0.01, beta_1=0.0, beta_2=0.999,
-                           epsilon=1e-7, grad_scale=grad_scale if scaled else None)
+                           epsilon=1e-7, **(grad_scale if scaled else {}))
       slots.append([x.numpy().view(np.uint32) for x in (m, v, var)])
     for ours, theirs in zip(*slots):
       np.testing.assert_array_equal(ours, theirs, err_msg=f"divisor {divisor!r}")
     pairs += grad.shape[0] * grad.shape[1]
   assert pairs >= 10**7
+
+
+# ------------------------------------------------------------------------ the clip, swept
+
+# clipvalue's clip where the op reads each value, alone and after clipnorm's scale: every kind
+# of value against bounds of every kind, the bits of the op fed tf.clip_by_value's values.
+CLIP_BOUNDS = [(-0.5, 0.5), (-1e-3, 2.0), (1.0, 1.0), (2.0, -2.0), (-np.inf, np.inf),
+               (-3.4e38, 1e-45), (1e-40, 3e-40), (np.nan, 1.0), (-1.0, np.nan), (-np.inf, -1e30)]
+
+
+@pytest.mark.parametrize("grad_scale", [(), (0.7, 1.3)], ids=["clip", "factor-divisor-clip"])
+def test_the_clip_swept_over_values_and_bounds_is_tf_clip_by_value(grad_scale):
+  # Nonzero bounds, or bounds no value ties at zero: where a value of zero meets a bound of
+  # zero, the sign TensorFlow's minimum keeps depends on the tensor's size (docs/design.md).
+  rng = np.random.default_rng(12)
+  indices = tf.constant(np.arange(SWEEP_ROWS), tf.int64)
+  for least, greatest in CLIP_BOUNDS:
+    grad = tf.constant(_sweep_values(rng, 1.0, 1.0))
+    scaling = dict(grad_clip=(tf.constant(least, tf.float32), tf.constant(greatest, tf.float32)))
+    if grad_scale:
+      scaling["grad_scale"] = tuple(tf.constant(x, tf.float32) for x in grad_scale)
+    slots = []
+    for scaled in (True, False):
+      var, m, v = (tf.Variable(tf.zeros((SWEEP_ROWS, 128))) for _ in range(3))
+      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, scaling), indices,
+                           beta_1_power=0.5, beta_2_power=0.5, lr=0.01, beta_1=0.0, beta_2=0.999,
+                           epsilon=1e-7, **(scaling if scaled else {}))
+      slots.append([x.numpy().view(np.uint32) for x in (m, v, var)])
+    for ours, theirs in zip(*slots):
+      if np.isnan(least) or np.isnan(greatest):
+        # Every value NaN, as TensorFlow's: which NaN (its payload) is the hardware's choice.
+        ours, theirs = (np.where(np.isnan(x.view(np.float32)), np.uint32(0x7FC00000), x)
+                        for x in (ours, theirs))
+      np.testing.assert_array_equal(ours, theirs, err_msg=f"bounds {least!r}, {greatest!r}")

@@ -126,13 +126,17 @@ CLIPS = {
     "clipnorm": dict(clipnorm=1.5), "clipvalue": dict(clipvalue=0.5),
     "global_clipnorm": dict(global_clipnorm=2.0)
 }
-# The clips whose factor the sparse op applies where it reads each value (its Scaled op; the
-# legacy flavor's OptimizerV2 clips in its own code, before the update, and in a graph the update
-# finds the unscaled values and the factor behind the clipped ones: `_core.scaled_slices_of`).
-SCALING_CLIPS = ("clipnorm", "global_clipnorm")
+# The clips whose factor or range the sparse op applies where it reads each value (its Scaled
+# op; clipvalue's tf.clip_by_value and the legacy flavor's OptimizerV2 clips run in the stock
+# code, before the update, and in a graph the update finds the unscaled values and the factor or
+# range behind the clipped ones: `_core.scaled_slices_of`).
+SCALING_CLIPS = ("clipnorm", "clipvalue", "global_clipnorm")
 SCALED_FLAVORS = ("keras", "tf_keras", "legacy")
 # The inputs of the Scaled ops' gradient values: grad of lazy Adam, of Clippy.
 GRAD_INPUT = {"LazyAdam": 9, "ClippyAdagrad": 7}
+
+# The ops that scale or clip values (tf.clip_by_value: Minimum, then Maximum).
+SCALING_OP_TYPES = ("Mul", "RealDiv", "Minimum", "Maximum")
 
 
 def _scaled_op(op):
@@ -140,9 +144,10 @@ def _scaled_op(op):
 
 
 def _assert_scale_in_op(step, opt_name, batch, op, unused_scaling=False):
-  """`step`'s graph feeds the Scaled op `op` the unscaled gradient values and the scale: no
-  multiply or divide of the values anywhere in the graph (`unused_scaling`: none whose result
-  anything reads, as of the legacy flavor's OptimizerV2 clip, pruned when the function runs)."""
+  """`step`'s graph feeds the Scaled op `op` the unscaled gradient values and the scale or clip
+  range: no multiply, divide or clip of the values anywhere in the graph (`unused_scaling`:
+  none whose result anything reads, as of the stock clipvalue's and the legacy flavor's
+  OptimizerV2 clip, pruned when the function runs)."""
   graph = step.get_concrete_function(*map(tf.constant, batch)).graph
   nodes = list(graph.as_graph_def().node)
   for function in graph.as_graph_def().library.function:
@@ -151,17 +156,18 @@ def _assert_scale_in_op(step, opt_name, batch, op, unused_scaling=False):
   assert scaled, sorted({n.op for n in nodes})
   for node in scaled:
     num_scales = node.attr["num_grad_scales"].i
-    assert num_scales in (1, 2)
+    clips = node.attr["clip_grad_values"].b
+    assert num_scales - 2 * clips in ((0, 1, 2) if clips else (1, 2)), (num_scales, clips)
     grad = node.input[GRAD_INPUT[opt_name]].split(":")[0]
     producers = {n.name: n for n in nodes}
     # The values come straight from the step's argument (through identities at most).
     while producers.get(grad) is not None and producers[grad].op == "Identity":
       grad = producers[grad].input[0].split(":")[0]
-    assert producers.get(grad) is None or producers[grad].op not in ("Mul", "RealDiv"), grad
+    assert producers.get(grad) is None or producers[grad].op not in SCALING_OP_TYPES, grad
     # (A square of the values, `values * values`, is the norm's: tf.clip_by_norm's.)
     scaling = [
         n for n in nodes
-        if n.op in ("Mul", "RealDiv") and any(i.split(":")[0] == grad for i in n.input) and not all(
+        if n.op in SCALING_OP_TYPES and any(i.split(":")[0] == grad for i in n.input) and not all(
             i.split(":")[0] == grad for i in n.input)
     ]
     if unused_scaling:
@@ -172,7 +178,8 @@ def _assert_scale_in_op(step, opt_name, batch, op, unused_scaling=False):
         readers = {
             n.name
             for n in nodes
-            if n.op in ("RealDiv", "Identity") and n.input and n.input[0].split(":")[0] in chain
+            if n.op in ("RealDiv", "Minimum", "Maximum",
+                        "Identity") and n.input and n.input[0].split(":")[0] in chain
         }
         grown = not readers <= chain
         chain |= readers
@@ -211,7 +218,8 @@ def test_clipping_is_stocks_on_the_named_rows(flavor, opt_name, clip, mode):
     _assert_graph_stays_sparse(step, opt_name, _batches()[0], sparse_ops)
     if scaled:
       _assert_scale_in_op(step, opt_name,
-                          _batches()[0], sparse_ops[opt_name], unused_scaling=flavor == "legacy")
+                          _batches()[0], sparse_ops[opt_name], unused_scaling=flavor == "legacy" or
+                          clip == "clipvalue")
 
 
 # The legacy flavor has no weight decay or EMA.
@@ -885,6 +893,46 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
                              _batches()[0][:2], {opt_name: _scaled_op(SPARSE_OPS[opt_name])})
 
 
+@pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
+def test_loss_scaling_with_clipvalue_unscales_and_clips_in_the_op(flavor, wrapper):
+  """clipvalue under each API's loss scaling: the unscaled values clipped, applied lazily, by
+  one Scaled op that reads the scaled values as the step's argument gives them (no unscaled or
+  clipped tensor is written)."""
+  table, _ = _variables(flavor)
+  make = getattr(common.flavor_module(flavor), "LazyAdam")
+  options = dict(OPTIONS, clipvalue=0.5)
+  if wrapper == "loss_scale_factor":
+    opt, unscale = make(**options, loss_scale_factor=LOSS_SCALE), lambda grads: grads
+  elif flavor == "keras":
+    import keras
+    opt = keras.optimizers.LossScaleOptimizer(make(**options), initial_scale=LOSS_SCALE)
+    unscale = lambda grads: grads  # noqa: E731 (its apply unscales)
+  else:
+    from tf_opt_ops import _keras2
+    opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(**options), dynamic=False,
+                                                               initial_scale=LOSS_SCALE)
+    unscale = opt.get_unscaled_gradients
+  table_ref = make_reference("LazyAdam", table.numpy().astype(np.float64), options=OPTIONS)
+
+  @tf.function
+  def step(values, indices):
+    grads = unscale([_sparse(values * LOSS_SCALE, indices)])
+    opt.apply_gradients([(grads[0], table)])
+
+  for values, indices, _ in _batches():
+    before = table.numpy().copy()
+    step(tf.constant(values), tf.constant(indices))
+    clipped, = _stock_clip([values], dict(clipvalue=0.5))
+    table_ref.sparse(clipped.astype(np.float64), indices)
+    _assert_lazy_update(table, table_ref, before, indices)
+  op = _scaled_op(SPARSE_OPS["LazyAdam"])
+  _assert_graph_stays_sparse(step, "LazyAdam", _batches()[0][:2], {"LazyAdam": op})
+  nodes = step.get_concrete_function(*map(tf.constant, _batches()[0][:2])).graph.as_graph_def()
+  scaled = [n for f in nodes.library.function for n in f.node_def if n.op == op]
+  scaled += [n for n in nodes.node if n.op == op]
+  assert scaled and all(n.attr["clip_grad_values"].b for n in scaled)
+
+
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_keras3_loss_scale_check_reads_the_slices_values(mode):
   """Keras 3's LossScaleOptimizer around ours checks the slices' values, not a dense copy: a NaN
@@ -912,29 +960,45 @@ def test_keras3_loss_scale_check_reads_the_slices_values(mode):
   assert float(opt.dynamic_scale.numpy()) == LOSS_SCALE / 2
 
 
+SLICE_SCALINGS = {
+    "factor": ((0.37,), None),
+    "factor-divisor": ((1.5, 7.25), None),
+    "clip": ((), (-0.3, 0.2)),
+    "factor-divisor-clip": ((1.5, 7.25), (-0.05, 0.04)),
+}
+
+
 @pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("scale", [(0.37,), (1.5, 7.25)], ids=["factor", "factor-divisor"])
-def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scale):
+@pytest.mark.parametrize("scaling", SLICE_SCALINGS)
+def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scaling):
   """A `ScaledSlices` read by code that does not know the factor (densifying, composite
   decomposition, `.values`) gives the values Keras' clipping writes: `values * factor`
-  (`/ divisor`) in their dtype."""
+  (`/ divisor`), clipped to the range, in their dtype."""
   from tf_opt_ops import _core
 
   values, indices, _ = _batches()[0]
+  scale, clip = SLICE_SCALINGS[scaling]
 
   # The factors as arguments: Grappler would fold constant ones into one multiply (as it would
   # Keras' own expression).
-  def read(values, indices, grad_scale):
-    slices = _core.ScaledSlices(values, indices, tf.constant([ROWS, COLS]), grad_scale)
+  def read(values, indices, grad_scale, grad_clip):
+    slices = _core.ScaledSlices(values, indices, tf.constant([ROWS, COLS]), grad_scale, grad_clip or
+                                None)
     assert slices.dtype == tf.float32
     flat = tf.nest.flatten(slices, expand_composites=True)
     return tf.convert_to_tensor(slices), slices.values, flat[0]
 
   dense, scaled, flat = MODES[mode](read)(tf.constant(values), tf.constant(indices),
-                                          tuple(tf.constant(x, tf.float32) for x in scale))
-  want = values * np.float32(scale[0])
+                                          tuple(tf.constant(x, tf.float32) for x in scale),
+                                          tuple(tf.constant(x, tf.float32) for x in clip or ()))
+  want = values
+  if scale:
+    want = want * np.float32(scale[0])
   if len(scale) == 2:
     want = want / np.float32(scale[1])
+  if clip:
+    assert (want < clip[0]).any() and (want > clip[1]).any()
+    want = np.minimum(np.maximum(want, np.float32(clip[0])), np.float32(clip[1]))
   want_dense = np.zeros((ROWS, COLS), np.float32)
   np.add.at(want_dense, indices, want)
   np.testing.assert_array_equal(scaled, want)
@@ -944,9 +1008,10 @@ def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scale):
 
 def test_only_values_times_one_value_give_their_unscaled_values():
   """`_core.scaled_slices_of` (the legacy flavor's clipped values, the unscaled values of a loss
-  scale): in a graph, values `x * factor`, `x * factor / divisor` and `x / divisor` (factor,
-  divisor of one value each; identities around) give `x` and the scale (a factor of 1 for the
-  last); other values, and values in eager mode, nothing."""
+  scale, clipvalue's clipped values): in a graph, values `x * factor`, `x * factor / divisor`
+  and `x / divisor` (factor, divisor of one value each; identities around), and those or `x`
+  clipped by `tf.clip_by_value` to one-value bounds, give `x`, the scale (a factor of 1 for
+  `x / divisor`) and the range; other values, and values in eager mode, nothing."""
   from tf_opt_ops import _core
 
   found = {}
@@ -955,19 +1020,30 @@ def test_only_values_times_one_value_give_their_unscaled_values():
   def probe(x, factor, divisor, row):
     indices = tf.constant([0, 1])
     cases = {
-        "quotient": tf.identity(x * factor / divisor), "product": tf.identity(factor * x),
-        "by a row": x * row, "divided only": x / divisor, "sum": x + factor,
-        "by a row, divided": x * row / divisor
+        "quotient": tf.identity(x * factor / divisor),
+        "product": tf.identity(factor * x),
+        "by a row": x * row,
+        "divided only": x / divisor,
+        "sum": x + factor,
+        "by a row, divided": x * row / divisor,
+        "clipped": tf.clip_by_value(tf.identity(x), -0.5, factor),
+        "quotient clipped": tf.clip_by_value(x * factor / divisor, -0.5, 0.5),
+        "clipped by a row": tf.clip_by_value(x, -0.5, row),
+        "clipped the other way": tf.minimum(tf.maximum(x, -0.5), 0.5),
+        "minimum only": tf.minimum(x, 0.5),
     }
     for name, values in cases.items():
       slices = _core.scaled_slices_of(values, indices)
       found[name] = None if slices is None else (slices.unscaled_values.name == x.name,
-                                                 len(slices.grad_scale))
+                                                 len(slices.grad_scale),
+                                                 slices.grad_clip is not None)
 
   probe(tf.ones((2, COLS)), tf.constant(2.0), tf.constant([[3.0]]), tf.ones((COLS,)))
   assert found == {
-      "quotient": (True, 2), "product": (True, 1), "by a row": None, "divided only": (True, 2),
-      "sum": None, "by a row, divided": (False, 2)
+      "quotient": (True, 2, False), "product": (True, 1, False), "by a row": None,
+      "divided only": (True, 2, False), "sum": None, "by a row, divided": (False, 2, False),
+      "clipped": (True, 0, True), "quotient clipped": (True, 2, True), "clipped by a row": None,
+      "clipped the other way": None, "minimum only": None
   }
   assert _core.scaled_slices_of(tf.ones((2, COLS)) * 2.0, tf.constant([0, 1])) is None
 

@@ -217,9 +217,9 @@ class SummedGradRows {
     ForEachItem(
         pool, groups.num_unique(), Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim),
         [&](int64_t begin, int64_t end) {
-          if (scale.count == 0) {
+          if (!scale.changes_values()) {
             sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
-          } else if (scale.count == 1) {
+          } else if (scale.count < 2) {
             sum_groups(begin, end, [scale](const T& g) {
               return ScaledGradValue<T, false>(Load<C>(g), scale);
             });
@@ -237,7 +237,7 @@ class SummedGradRows {
   void Visit(F&& f) const {
     if (summed_ != nullptr) {
       f(PlainGradRows<C>{summed_.get(), dim_});
-    } else if (scale_.count == 0) {
+    } else if (!scale_.changes_values()) {
       f(PlainGradRows<T>{grad_, dim_});
     } else {
       f(ScaledGradRows<T>(grad_, dim_, scale_));

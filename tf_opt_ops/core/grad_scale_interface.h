@@ -1,6 +1,7 @@
 // The scale of a sparse op's gradient values (Keras' clipnorm and
-// global_clipnorm, applied where the op reads each value instead of in a
-// tensor of scaled values before it), stated once for every Scaled op (those
+// global_clipnorm) and their clip range (Keras' clipvalue), applied where the
+// op reads each value instead of in a tensor of scaled values before it,
+// stated once for every Scaled op (those
 // of lazy Adam and its W, V2 and averaged ops, and of sparse Clippy Adagrad
 // and its W, V2 and averaged ops): its inputs come after all the inputs of
 // the op it extends, as the list input `grad_scale: num_grad_scales * T`.
@@ -15,10 +16,17 @@ namespace grad_scale {
 
 constexpr const char* kName = "grad_scale";
 constexpr const char* kCountAttr = "num_grad_scales";
+// A bool attr, false by default (so graphs saved before it load unchanged):
+// the last two grad_scale inputs are the least and the greatest value each
+// scaled value is clipped to, as tf.clip_by_value clips (a NaN stays NaN).
+constexpr const char* kClipsAttr = "clip_grad_values";
 
-// 0: no scale; 1: each value g read as g * grad_scale[0]; 2: as
-// (g * grad_scale[0]) / grad_scale[1] (optimizer_math.h's GradScale).
-constexpr int kMaxCount = 2;
+// The scale's own inputs, first: 0: no scale; 1: each value g read as
+// g * grad_scale[0]; 2: as (g * grad_scale[0]) / grad_scale[1]
+// (optimizer_math.h's GradScale). Then the clip range's 2 where it clips.
+constexpr int kMaxScaleCount = 2;
+constexpr int kClipCount = 2;
+constexpr int kMaxCount = kMaxScaleCount + kClipCount;
 
 // The first grad_scale input of an op with `num_inputs` inputs, `count` of
 // them the scale's.

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #if defined(__F16C__) && !defined(__CUDACC__)
@@ -466,27 +467,37 @@ TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
 // The scale of a sparse op's gradient values (its grad_scale inputs,
 // grad_scale_interface.h), in the compute type C: `count` 0 leaves them as
 // they are; 1 reads each value g as g * numerator (Keras' global_clipnorm);
-// 2 as (g * numerator) / denominator (Keras' clipnorm).
+// 2 as (g * numerator) / denominator (Keras' clipnorm). Where it `clips`
+// (Keras' clipvalue), the scaled value is then clipped to [clip_min,
+// clip_max]; the infinite bounds of no clip leave every value as it is.
 template <typename C>
 struct GradScale {
   int count = 0;
   C numerator = C(1);
   C denominator = C(1);
+  bool clips = false;
+  C clip_min = -std::numeric_limits<C>::infinity();
+  C clip_max = std::numeric_limits<C>::infinity();
+
+  // Whether the values are read other than as they are.
+  TF_OPT_OPS_HOST_DEVICE bool changes_values() const { return count > 0 || clips; }
 };
 
 // Gradient value g of the table's type T (read into C) scaled as Keras scales
 // it in T: each operation rounded to T (C holds each exactly, and a 16-bit
 // result of a float operation rounded to T is the correctly rounded T
 // result), so the op reads the bits a tensor of the scaled values would hold.
-// kDivides: the scale's count is 2.
+// kDivides: the scale's count is 2. Then clipped as tf.clip_by_value clips
+// (the bounds are values of T: no rounding): its minimum with clip_max, then
+// the maximum of that with clip_min, each keeping a NaN and, on a tie, the
+// value itself. Always applied: with no clip the bounds are infinite, and a
+// branch per element would cost the loops their vectorization.
 template <typename T, bool kDivides, typename C>
 TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
-  const C product = RoundTo<T, C>(g * s.numerator);
-  if constexpr (kDivides) {
-    return RoundTo<T, C>(product / s.denominator);
-  } else {
-    return product;
-  }
+  C value = RoundTo<T, C>(g * s.numerator);
+  if constexpr (kDivides) value = RoundTo<T, C>(value / s.denominator);
+  value = s.clip_max < value ? s.clip_max : value;
+  return value < s.clip_min ? s.clip_min : value;
 }
 
 // Gradient row `g` of `n` values of T scaled into `out` (ScaledGradValue), in

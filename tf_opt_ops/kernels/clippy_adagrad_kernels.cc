@@ -133,9 +133,9 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("stochastic_rounding", &stochastic_rounding_));
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed_));
     }
-    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
-    decays_ =
-        kSparse && clippy_adagrad::HasWeightDecay(ctx->num_inputs() - num_grad_scales_, kLight);
+    OP_REQUIRES_OK(ctx, GetGradScaleInputs(ctx, &grad_scale_inputs_));
+    decays_ = kSparse &&
+              clippy_adagrad::HasWeightDecay(ctx->num_inputs() - grad_scale_inputs_.count, kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -164,7 +164,7 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
       const Tensor& indices = ctx->input(kIndices);
       OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
       GradScale<C> grad_scale;
-      OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
+      OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, grad_scale_inputs_, &grad_scale));
       OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
       if (indices.NumElements() == 0) {  // nothing touched: nothing clipped
         OP_REQUIRES_OK(ctx, SetScaleToOne(ctx, scale));
@@ -189,7 +189,7 @@ class ClippyAdagradOp : public tensorflow::OpKernel {
   bool stochastic_rounding_ = false;
   int64_t seed_ = 0;
   bool decays_ = false;  // a W op: the weight decay is its last input but a Scaled op's grad_scale
-  int num_grad_scales_ = 0;
+  GradScaleInputs grad_scale_inputs_;
 };
 
 template <typename Device, typename T, typename A, typename Tindex, bool kSparse, bool kLight>
@@ -220,8 +220,8 @@ class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
     OP_REQUIRES_OK(ctx, GetClippyAccumulatorUpdateAttrs(ctx, &clip_accumulator_update_,
                                                         &use_standard_accumulator_update_));
-    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
-    decays_ = clippy_adagrad_averaged::HasWeightDecay(ctx->num_inputs() - num_grad_scales_);
+    OP_REQUIRES_OK(ctx, GetGradScaleInputs(ctx, &grad_scale_inputs_));
+    decays_ = clippy_adagrad_averaged::HasWeightDecay(ctx->num_inputs() - grad_scale_inputs_.count);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -245,7 +245,7 @@ class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
     const Tensor& indices = ctx->input(kIndices);
     OP_REQUIRES_OK(ctx, ValidateSparseGrad(var->shape(), grad.shape(), indices.shape()));
     GradScale<C> grad_scale;
-    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
+    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, grad_scale_inputs_, &grad_scale));
     Tensor* scale = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &scale));
     if (indices.NumElements() == 0) {  // nothing touched: nothing clipped, as the two ops
@@ -264,7 +264,7 @@ class SparseApplyClippyAdagradAveragedOp : public tensorflow::OpKernel {
   bool clip_accumulator_update_;
   bool use_standard_accumulator_update_;
   bool decays_;  // the W op: the weight decay is its last input but a Scaled op's grad_scale
-  int num_grad_scales_ = 0;
+  GradScaleInputs grad_scale_inputs_;
 };
 
 TF_OPT_OPS_REGISTER_CPU_SPARSE_TABLE_OP("TfOptOps>ResourceSparseApplyClippyAdagradAveraged",

@@ -100,8 +100,8 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &seed));
       layout_.seed = static_cast<uint64_t>(seed);
     }
-    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
-    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs() - num_grad_scales_, kLight);
+    OP_REQUIRES_OK(ctx, GetGradScaleInputs(ctx, &grad_scale_inputs_));
+    decays_ = lazy_adam::HasWeightDecay(ctx->num_inputs() - grad_scale_inputs_.count, kLight);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -117,7 +117,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
     AdamStateLayout layout = layout_;
     if (kLight) OP_REQUIRES_OK(ctx, ReadScalar<int64_t>(ctx, kStep, "step", &layout.step));
     GradScale<C> grad_scale;
-    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
+    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, grad_scale_inputs_, &grad_scale));
     const Tensor& grad = ctx->input(kGrad);
     const Tensor& indices = ctx->input(kIndices);
     OP_REQUIRES_OK(ctx,
@@ -131,7 +131,7 @@ class SparseApplyLazyAdamOp : public tensorflow::OpKernel {
  private:
   bool use_locking_;
   bool decays_;  // a W op: the weight decay is its last input but a Scaled op's grad_scale
-  int num_grad_scales_ = 0;
+  GradScaleInputs grad_scale_inputs_;
   AdamStateLayout layout_;
 };
 
@@ -146,8 +146,8 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
 
   explicit SparseApplyLazyAdamAveragedOp(tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_locking", &use_locking_));
-    OP_REQUIRES_OK(ctx, GetNumGradScales(ctx, &num_grad_scales_));
-    decays_ = lazy_adam_averaged::HasWeightDecay(ctx->num_inputs() - num_grad_scales_);
+    OP_REQUIRES_OK(ctx, GetGradScaleInputs(ctx, &grad_scale_inputs_));
+    decays_ = lazy_adam_averaged::HasWeightDecay(ctx->num_inputs() - grad_scale_inputs_.count);
   }
 
   void Compute(OpKernelContext* ctx) override TF_NO_THREAD_SAFETY_ANALYSIS {
@@ -163,7 +163,7 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx,
                    ReadLazyAverage(ctx, kCount, vars.tensor(3), vars.tensor(kSyncedSlot), &lazy));
     GradScale<C> grad_scale;
-    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, num_grad_scales_, &grad_scale));
+    OP_REQUIRES_OK(ctx, ReadGradScale<T>(ctx, grad_scale_inputs_, &grad_scale));
     Tensor* var = vars.tensor(0);
     Tensor* m = vars.tensor(1);
     Tensor* v = vars.tensor(2);
@@ -181,7 +181,7 @@ class SparseApplyLazyAdamAveragedOp : public tensorflow::OpKernel {
  private:
   bool use_locking_;
   bool decays_;  // the W op: the weight decay is its last input but a Scaled op's grad_scale
-  int num_grad_scales_ = 0;
+  GradScaleInputs grad_scale_inputs_;
 };
 
 #define TF_OPT_OPS_REGISTER_AVERAGED(Op, T, Tindex)                   \

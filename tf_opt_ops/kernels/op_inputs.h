@@ -12,7 +12,9 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 #include <type_traits>
@@ -237,28 +239,42 @@ absl::Status ReadScalar(OpKernelContext* ctx, int input, const char* name, C* ou
   return absl::OkStatus();
 }
 
-// The number of an op's grad_scale inputs (grad_scale_interface.h): its attr
-// num_grad_scales on a Scaled op, 0 on the ops without the inputs.
-inline absl::Status GetNumGradScales(tensorflow::OpKernelConstruction* ctx, int* count) {
-  *count = 0;
+// An op's grad_scale inputs (grad_scale_interface.h): their number, the attr
+// num_grad_scales of a Scaled op (0 on the ops without the inputs), and
+// whether the last two are a clip range (attr clip_grad_values).
+struct GradScaleInputs {
+  int count = 0;
+  bool clips = false;
+};
+
+inline absl::Status GetGradScaleInputs(tensorflow::OpKernelConstruction* ctx,
+                                       GradScaleInputs* inputs) {
+  *inputs = {};
   if (!ctx->HasAttr(grad_scale::kCountAttr)) return absl::OkStatus();
-  TF_RETURN_IF_ERROR(ctx->GetAttr(grad_scale::kCountAttr, count));
-  if (*count > grad_scale::kMaxCount) {
-    return InvalidArgument("num_grad_scales = ", *count, " but the op takes at most ",
-                           grad_scale::kMaxCount,
-                           " grad_scale inputs: a factor, or a factor and a divisor.");
+  TF_RETURN_IF_ERROR(ctx->GetAttr(grad_scale::kCountAttr, &inputs->count));
+  if (ctx->HasAttr(grad_scale::kClipsAttr)) {
+    TF_RETURN_IF_ERROR(ctx->GetAttr(grad_scale::kClipsAttr, &inputs->clips));
+  }
+  const int clip_count = inputs->clips ? grad_scale::kClipCount : 0;
+  if (inputs->count < clip_count || inputs->count - clip_count > grad_scale::kMaxScaleCount) {
+    return InvalidArgument("num_grad_scales = ", inputs->count,
+                           " with clip_grad_values = ", inputs->clips ? "true" : "false",
+                           ", but grad_scale holds at most ", grad_scale::kMaxScaleCount,
+                           " scale values (a factor, or a factor and a divisor), then with "
+                           "clip_grad_values the least and the greatest value, and nothing else.");
   }
   return absl::OkStatus();
 }
 
-// Reads an op's `count` grad_scale inputs (GetNumGradScales), its last:
-// scalars of the gradient's dtype T (the op's type constraint).
+// Reads an op's grad_scale inputs (GetGradScaleInputs), its last: scalars of
+// the gradient's dtype T (the op's type constraint).
 template <typename T>
-absl::Status ReadGradScale(OpKernelContext* ctx, int count, GradScale<ComputeT<T>>* scale) {
+absl::Status ReadGradScale(OpKernelContext* ctx, const GradScaleInputs& inputs,
+                           GradScale<ComputeT<T>>* scale) {
   using C = ComputeT<T>;
-  const int first = grad_scale::FirstInput(ctx->num_inputs(), count);
-  C values[grad_scale::kMaxCount] = {C(1), C(1)};
-  for (int k = 0; k < count; ++k) {
+  const int first = grad_scale::FirstInput(ctx->num_inputs(), inputs.count);
+  C values[grad_scale::kMaxCount] = {};
+  for (int k = 0; k < inputs.count; ++k) {
     const Tensor& t = ctx->input(first + k);
     if (!TensorShapeUtils::IsScalar(t.shape())) {
       return InvalidArgument(grad_scale::kName, "[", k, "] must be a scalar, got shape ",
@@ -266,7 +282,20 @@ absl::Status ReadGradScale(OpKernelContext* ctx, int count, GradScale<ComputeT<T
     }
     values[k] = static_cast<C>(t.scalar<T>()());
   }
-  *scale = GradScale<C>{count, values[0], values[1]};
+  *scale = GradScale<C>{};
+  scale->count = inputs.count - (inputs.clips ? grad_scale::kClipCount : 0);
+  if (scale->count > 0) scale->numerator = values[0];
+  if (scale->count > 1) scale->denominator = values[1];
+  if (inputs.clips) {
+    scale->clips = true;
+    scale->clip_min = values[scale->count];
+    scale->clip_max = values[scale->count + 1];
+    // TensorFlow's minimum and maximum give NaN for a NaN bound, whatever the
+    // value; a NaN numerator gives every value NaN, which the bounds then keep.
+    if (std::isnan(scale->clip_min) || std::isnan(scale->clip_max)) {
+      scale->numerator = std::numeric_limits<C>::quiet_NaN();
+    }
+  }
   return absl::OkStatus();
 }
 

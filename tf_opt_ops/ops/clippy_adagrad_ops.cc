@@ -260,7 +260,7 @@ attrs and the output are ResourceSparseApplyClippyAdagradV2's.
 )doc");
 
 // The Scaled ops: the sparse ops above with the scale of their gradient values
-// (Keras' clipnorm and global_clipnorm) as their last inputs
+// (Keras' clipnorm and global_clipnorm) and clip range (clipvalue) as their last inputs
 // (grad_scale_interface.h), read scaled in both passes. Ops of their own, as
 // the W ops.
 REGISTER_OP("TfOptOps>ResourceSparseApplyClippyAdagradScaled")

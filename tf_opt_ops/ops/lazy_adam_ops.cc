@@ -216,7 +216,7 @@ attrs are ResourceSparseApplyLazyAdamV2's.
 )doc");
 
 // The Scaled ops: the ops above with the scale of their gradient values
-// (Keras' clipnorm and global_clipnorm) as their last inputs
+// (Keras' clipnorm and global_clipnorm) and clip range (clipvalue) as their last inputs
 // (grad_scale_interface.h), applied where the kernel reads each value instead
 // of in a tensor of scaled values before the op. Ops of their own, as the W
 // ops, so that graphs and generated Python wrappers of the ops above stay as

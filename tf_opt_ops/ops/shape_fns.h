@@ -47,20 +47,28 @@ inline absl::Status CheckScalarInputs(InferenceContext* c, int first, int count)
 
 // The grad_scale inputs (grad_scale_interface.h), after every other input of
 // a Scaled op, and their number.
-#define TF_OPT_OPS_GRAD_SCALE_INPUT \
-  Input("grad_scale: num_grad_scales * T").Attr("num_grad_scales: int >= 1")
+#define TF_OPT_OPS_GRAD_SCALE_INPUT        \
+  Input("grad_scale: num_grad_scales * T") \
+      .Attr("num_grad_scales: int >= 1")   \
+      .Attr("clip_grad_values: bool = false")
 
 // The documentation of a Scaled op: `op` (a string literal, the op it extends)
 // with the scale of its gradient values.
 #define TF_OPT_OPS_SCALED_DOC(op)                                                                \
   op " with its gradient values scaled where it reads them.\n\n"                                 \
-     "Each gradient value g is read as g * grad_scale[0], or with two grad_scale inputs as\n"    \
-     "(g * grad_scale[0]) / grad_scale[1], each operation rounded to T, before duplicate rows\n" \
-     "are summed: the results of " op                                                            \
-     " fed those values, bit for bit (Keras' global_clipnorm\n"                                  \
-     "and clipnorm), without a tensor of them. CPU only.\n\n"                                    \
-     "grad_scale: a factor, or a factor and a divisor, of the gradient values: scalars of T.\n"  \
-     "num_grad_scales: the number of grad_scale inputs, 1 or 2.\n"                               \
+     "Each gradient value g is read as g * grad_scale[0], or with two scale inputs as\n"         \
+     "(g * grad_scale[0]) / grad_scale[1], each operation rounded to T, then with\n"             \
+     "clip_grad_values clipped to [grad_scale[-2], grad_scale[-1]] as tf.clip_by_value clips,\n" \
+     "before duplicate rows are summed: the results of " op                                      \
+     " fed those values, bit\n"                                                                  \
+     "for bit (Keras' global_clipnorm, clipnorm and clipvalue), without a tensor of them.\n"     \
+     "CPU only.\n\n"                                                                             \
+     "grad_scale: scalars of T: a factor, or a factor and a divisor, of the gradient values\n"   \
+     "(or neither, with clip_grad_values), then with clip_grad_values the least and the\n"       \
+     "greatest value.\n"                                                                         \
+     "num_grad_scales: the number of grad_scale inputs: 1 or 2, or 2 to 4 with\n"                \
+     "clip_grad_values.\n"                                                                       \
+     "clip_grad_values: whether the last two grad_scale inputs clip each scaled value.\n"        \
      "The other inputs, attrs and outputs are " op "'s.\n"
 
 // `status`, the shape function's of the op a Scaled op extends; then the
@@ -68,11 +76,16 @@ inline absl::Status CheckScalarInputs(InferenceContext* c, int first, int count)
 inline absl::Status CheckGradScale(InferenceContext* c, absl::Status status) {
   TF_RETURN_IF_ERROR(status);
   int count = 0;
+  bool clips = false;
   TF_RETURN_IF_ERROR(c->GetAttr(grad_scale::kCountAttr, &count));
-  if (count > grad_scale::kMaxCount) {
+  TF_RETURN_IF_ERROR(c->GetAttr(grad_scale::kClipsAttr, &clips));
+  const int clip_count = clips ? grad_scale::kClipCount : 0;
+  if (count < clip_count || count - clip_count > grad_scale::kMaxScaleCount) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "num_grad_scales = ", count, " but the op takes at most ", grad_scale::kMaxCount,
-        " grad_scale inputs: a factor, or a factor and a divisor."));
+        "num_grad_scales = ", count, " with clip_grad_values = ", clips ? "true" : "false",
+        ", but grad_scale holds at most ", grad_scale::kMaxScaleCount,
+        " scale values (a factor, or a factor and a divisor), then with clip_grad_values the "
+        "least and the greatest value, and nothing else."));
   }
   return CheckScalarInputs(c, grad_scale::FirstInput(c->num_inputs(), count), count);
 }
