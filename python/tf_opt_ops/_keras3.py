@@ -35,14 +35,33 @@ keras = importlib.import_module("keras")
 # mixed_float16 policy), and nothing of ours runs before the check. See docs/optimizers.md,
 # "Mixed precision".
 def _check_finite_of_slices(check_finite):
-  """`check_finite` of each IndexedSlices' values instead of the slices."""
+  """`check_finite` of each IndexedSlices' values instead of the slices, float32 and float64
+  ones by `all_finite`."""
 
   @functools.wraps(check_finite)
   def check(self, grads):
-    return check_finite(self, [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads])
+    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    summed = [
+        v for v, g in zip(values, grads)
+        if isinstance(g, tf.IndexedSlices) and tf.as_dtype(v.dtype) in (tf.float32, tf.float64)
+    ]
+    rest = [v for v in values if not any(v is s for s in summed)]
+    if not summed:
+      return check_finite(self, rest)
+    return tf.reduce_all(tf.stack([all_finite(v) for v in summed] + [check_finite(self, rest)]))
 
   check.checks_slices_values = True
   return check
+
+
+def all_finite(values):
+  """`reduce_all(is_finite(values))`, the answer of Keras' check, from one read of the values
+  where they are finite: a finite sum of them means each is (an infinity or a NaN makes the sum
+  one), and only a sum that is not (a value that is not, or finite values whose sum overflows)
+  takes the check of each value. Keras' check writes a boolean tensor of the values, then
+  reduces it."""
+  return tf.cond(tf.math.is_finite(tf.reduce_sum(values)), lambda: tf.constant(True),
+                 lambda: tf.reduce_all(tf.math.is_finite(values)))
 
 
 def _keep_loss_scale_check_sparse():

@@ -41,6 +41,8 @@ SCALES = {
     "factor-divisor": dict(grad_scale=(1.3, 7.77)),
     "clip": dict(grad_clip=(-0.8, 1.1)),
     "factor-divisor-clip": dict(grad_scale=(1.3, 7.77), grad_clip=(-0.2, 0.25)),
+    # A divisor that is a power of two (a loss scale's) is multiplied by its exact inverse.
+    "power-of-two-divisor": dict(grad_scale=(1.0, -0.125)),
 }
 WEIGHT_DECAY = 0.3
 
@@ -326,7 +328,10 @@ def _sweep_divisors(rng, factor):
       for k in range(-126, 127, 9)
       for direction in (0.0, np.inf)
   ] + [np.float32(2.0)**k for k in (-126, -100, -1, 0, 1, 60, 126, 127)]
-  special = [factor, 1.0, 1.3, 7.77, -2.5, 3.4e38, 1e-38, 1e-40, 1e38, 0.0, -0.0, np.inf, np.nan]
+  special = [
+      factor, 1.0, 1.3, 7.77, -2.5, 3.4e38, 1e-38, 1e-40, 1e38, 0.0, -0.0, np.inf, np.nan, -0.125,
+      -1024.0, 32768.0, 2.0**-149
+  ]
   any_bits = rng.integers(0, 2**32, size=12, dtype=np.uint64).astype(np.uint32).view(np.float32)
   return np.array(special + near_powers_of_two + list(any_bits), np.float32)
 

@@ -969,6 +969,36 @@ SLICE_SCALINGS = {
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
+def test_keras3_loss_scale_check_of_finite_values_whose_sum_overflows(mode):
+  """The check sums the slices' values first (one read); finite values whose sum overflows are
+  still finite, as Keras' check of each value says: the step is applied, the scale kept. An
+  infinity among them skips it and halves the scale."""
+  import keras
+
+  from tf_opt_ops import keras as k3_ops
+  init = np.ones((ROWS, COLS), np.float32)
+  table = keras.Variable(init)
+  opt = keras.optimizers.LossScaleOptimizer(k3_ops.LazyAdam(0.1), initial_scale=LOSS_SCALE,
+                                            dynamic_growth_steps=1000)
+  step = MODES[mode](
+      lambda values, indices: opt.apply_gradients([(_sparse(values, indices), table)]))
+  values = np.full((2, COLS), 3e38, np.float32)
+  assert not np.isfinite(values.sum(dtype=np.float32))
+  step(tf.constant(values), tf.constant([1, 4]))
+  # Applied: the inner optimizer stepped, and its first moment holds the rows (the table itself
+  # does not move: the second moment of values this large overflows).
+  assert int(opt.inner_optimizer.iterations.numpy()) == 1
+  m = opt.inner_optimizer._momentums[0].numpy()
+  np.testing.assert_array_equal(np.flatnonzero(m.any(axis=1)), [1, 4])
+  assert float(opt.dynamic_scale.numpy()) == LOSS_SCALE
+  values[1, 2] = np.inf
+  step(tf.constant(values), tf.constant([1, 4]))
+  assert int(opt.inner_optimizer.iterations.numpy()) == 1
+  np.testing.assert_array_equal(opt.inner_optimizer._momentums[0].numpy(), m)
+  assert float(opt.dynamic_scale.numpy()) == LOSS_SCALE / 2
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("scaling", SLICE_SCALINGS)
 def test_scaled_slices_give_every_other_reader_the_scaled_values(mode, scaling):
   """A `ScaledSlices` read by code that does not know the factor (densifying, composite

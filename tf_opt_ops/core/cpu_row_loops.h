@@ -155,12 +155,10 @@ class ScaledGradRows {
 
     const C* operator()(int64_t u) {
       const T* g = rows_.rows_ + u * rows_.dim_;
-      // The scale's count is fixed per call: a branch per row, not per element.
-      if (rows_.scale_.count == 2) {
-        ScaleGradRow<T, true>(g, rows_.dim_, rows_.scale_, buffer_.data());
-      } else {
-        ScaleGradRow<T, false>(g, rows_.dim_, rows_.scale_, buffer_.data());
-      }
+      // The scale's divide is fixed per call: a branch per row, not per element.
+      VisitGradDivide(rows_.scale_, [&](auto divide) {
+        ScaleGradRow<T, decltype(divide)::value>(g, rows_.dim_, rows_.scale_, buffer_.data());
+      });
       return buffer_.data();
     }
 
@@ -214,20 +212,19 @@ class SummedGradRows {
         }
       }
     };
-    ForEachItem(
-        pool, groups.num_unique(), Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim),
-        [&](int64_t begin, int64_t end) {
-          if (!scale.changes_values()) {
-            sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
-          } else if (scale.count < 2) {
-            sum_groups(begin, end, [scale](const T& g) {
-              return ScaledGradValue<T, false>(Load<C>(g), scale);
-            });
-          } else {
-            sum_groups(begin, end,
-                       [scale](const T& g) { return ScaledGradValue<T, true>(Load<C>(g), scale); });
-          }
-        });
+    ForEachItem(pool, groups.num_unique(),
+                Eigen::TensorOpCost(2.0 * dim * sizeof(T), dim * sizeof(C), dim),
+                [&](int64_t begin, int64_t end) {
+                  if (!scale.changes_values()) {
+                    sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
+                  } else {
+                    VisitGradDivide(scale, [&](auto divide) {
+                      sum_groups(begin, end, [scale](const T& g) {
+                        return ScaledGradValue<T, decltype(divide)::value>(Load<C>(g), scale);
+                      });
+                    });
+                  }
+                });
     return absl::OkStatus();
   }
 

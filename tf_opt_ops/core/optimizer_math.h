@@ -475,6 +475,9 @@ struct GradScale {
   int count = 0;
   C numerator = C(1);
   C denominator = C(1);
+  // The denominator's inverse where dividing by it is multiplying by that
+  // (ExactInverse), else 0.
+  C inverse_denominator = C(0);
   bool clips = false;
   C clip_min = -std::numeric_limits<C>::infinity();
   C clip_max = std::numeric_limits<C>::infinity();
@@ -483,31 +486,66 @@ struct GradScale {
   TF_OPT_OPS_HOST_DEVICE bool changes_values() const { return count > 0 || clips; }
 };
 
+// The inverse of `d` where x / d == x * inverse for every x in C, else 0: d
+// a power of two (of either sign) whose inverse is a normal C. Then both are
+// the exact quotient, rounded once (the same under flush-to-zero too), and
+// the multiply costs a fraction of the divide. A loss scale (Keras 3's
+// LossScaleOptimizer divides the gradient by it) is a power of two.
+template <typename C>
+C ExactInverse(C d) {
+  int exponent = 0;
+  const C fraction = std::frexp(d, &exponent);  // 0, infinite or NaN for those
+  if (fraction != C(0.5) && fraction != C(-0.5)) return C(0);
+  const C inverse = C(1) / d;
+  return std::isnormal(inverse) ? inverse : C(0);
+}
+
+// How a scale's value is divided: not (count < 2), by the denominator, or by
+// a multiply with its exact inverse (GradScale::inverse_denominator).
+enum class GradDivide { kNone, kByDenominator, kByInverse };
+
 // Gradient value g of the table's type T (read into C) scaled as Keras scales
 // it in T: each operation rounded to T (C holds each exactly, and a 16-bit
 // result of a float operation rounded to T is the correctly rounded T
 // result), so the op reads the bits a tensor of the scaled values would hold.
-// kDivides: the scale's count is 2. Then clipped as tf.clip_by_value clips
-// (the bounds are values of T: no rounding): its minimum with clip_max, then
-// the maximum of that with clip_min, each keeping a NaN and, on a tie, the
-// value itself. Always applied: with no clip the bounds are infinite, and a
-// branch per element would cost the loops their vectorization.
-template <typename T, bool kDivides, typename C>
+// kDivide: how (GradDivide). Then clipped as tf.clip_by_value clips (the
+// bounds are values of T: no rounding): its minimum with clip_max, then the
+// maximum of that with clip_min, each keeping a NaN and, on a tie, the value
+// itself. Always applied: with no clip the bounds are infinite, and a branch
+// per element would cost the loops their vectorization.
+template <typename T, GradDivide kDivide, typename C>
 TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
   C value = RoundTo<T, C>(g * s.numerator);
-  if constexpr (kDivides) value = RoundTo<T, C>(value / s.denominator);
+  if constexpr (kDivide == GradDivide::kByDenominator) {
+    value = RoundTo<T, C>(value / s.denominator);
+  } else if constexpr (kDivide == GradDivide::kByInverse) {
+    value = RoundTo<T, C>(value * s.inverse_denominator);
+  }
   value = s.clip_max < value ? s.clip_max : value;
   return value < s.clip_min ? s.clip_min : value;
+}
+
+// Calls f(std::integral_constant<GradDivide, how>{}) for scale `s`: the row
+// loops branch on the divide once, not per value.
+template <typename C, typename F>
+void VisitGradDivide(const GradScale<C>& s, F&& f) {
+  if (s.count < 2) {
+    f(std::integral_constant<GradDivide, GradDivide::kNone>{});
+  } else if (s.inverse_denominator != C(0)) {
+    f(std::integral_constant<GradDivide, GradDivide::kByInverse>{});
+  } else {
+    f(std::integral_constant<GradDivide, GradDivide::kByDenominator>{});
+  }
 }
 
 // Gradient row `g` of `n` values of T scaled into `out` (ScaledGradValue), in
 // the compute type. Restrict parameters and the scale by value: so that the
 // loop vectorizes (GCC honours restrict on parameters only, and a divisor
 // read through a pointer would be reloaded per element), the divide too.
-template <typename T, bool kDivides, typename C>
+template <typename T, GradDivide kDivide, typename C>
 TF_OPT_OPS_ROW_LOOP void ScaleGradRow(const T* TF_OPT_OPS_RESTRICT g, int64_t n,
                                       const GradScale<C> s, C* TF_OPT_OPS_RESTRICT out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = ScaledGradValue<T, kDivides>(Load<C>(g[j]), s);
+  for (int64_t j = 0; j < n; ++j) out[j] = ScaledGradValue<T, kDivide>(Load<C>(g[j]), s);
 }
 
 // A weight w of a touched row after decoupled weight decay, as stock Keras

@@ -285,7 +285,10 @@ absl::Status ReadGradScale(OpKernelContext* ctx, const GradScaleInputs& inputs,
   *scale = GradScale<C>{};
   scale->count = inputs.count - (inputs.clips ? grad_scale::kClipCount : 0);
   if (scale->count > 0) scale->numerator = values[0];
-  if (scale->count > 1) scale->denominator = values[1];
+  if (scale->count > 1) {
+    scale->denominator = values[1];
+    scale->inverse_denominator = ExactInverse(scale->denominator);
+  }
   if (inputs.clips) {
     scale->clips = true;
     scale->clip_min = values[scale->count];
