@@ -587,8 +587,9 @@ FEATURES = {
     "LossScaleOptimizer":
         (dict(loss_scale_optimizer=True), ("keras3", "tf_keras", "legacy"), "LazyAdam"),
     "loss_scale_factor": (dict(loss_scale_factor=LOSS_SCALE), ("keras3",), "LazyAdam"),
-    "LossScaleOptimizer + clipvalue": (dict(loss_scale_optimizer=True, clipvalue=1.0),
-                                       ("keras3", "tf_keras", "legacy"), "LazyAdam"),
+    "LossScaleOptimizer + clipvalue":
+        (dict(loss_scale_optimizer=True,
+              clipvalue=1.0), ("keras3", "tf_keras", "legacy"), "LazyAdam"),
     "global_clipnorm + weight_decay":
         (dict(global_clipnorm=1.0, weight_decay=0.004), ("keras3", "tf_keras"), "LazyAdam"),
     "use_ema + gradient_accumulation_steps=2":
