@@ -374,24 +374,29 @@ def _sweep_values(rng, divisor, factor):
     return np.stack([kinds[r % len(kinds)]() for r in range(SWEEP_ROWS)])
 
 
+def _swept_slots(grad, scaling):
+  """The bits of m, v and var after the Scaled op with `scaling`, and after the op fed the
+  values scaled first (LazyAdam with beta_1 = 0 stores each gradient value read as m)."""
+  indices = tf.constant(np.arange(SWEEP_ROWS), tf.int64)
+  slots = []
+  for scaled in (True, False):
+    var, m, v = (tf.Variable(tf.zeros((SWEEP_ROWS, 128))) for _ in range(3))
+    ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, scaling), indices,
+                         beta_1_power=0.5, beta_2_power=0.5, lr=0.01, beta_1=0.0, beta_2=0.999,
+                         epsilon=1e-7, **(scaling if scaled else {}))
+    slots.append([x.numpy().view(np.uint32) for x in (m, v, var)])
+  return zip(*slots)
+
+
 @pytest.mark.parametrize("factor", [1.0, 0.7])
 def test_the_divide_swept_over_values_and_divisors_is_the_divide(factor):
   rng = np.random.default_rng(11)
   divisors = _sweep_divisors(rng, factor)
-  indices = tf.constant(np.arange(SWEEP_ROWS), tf.int64)
   pairs = 0
   for divisor in divisors:
     grad = tf.constant(_sweep_values(rng, divisor, factor))
-    grad_scale = dict(grad_scale=(tf.constant(factor, tf.float32),
-                                  tf.constant(divisor, tf.float32)))
-    slots = []
-    for scaled in (True, False):
-      var, m, v = (tf.Variable(tf.zeros((SWEEP_ROWS, 128))) for _ in range(3))
-      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, grad_scale), indices,
-                           beta_1_power=0.5, beta_2_power=0.5, lr=0.01, beta_1=0.0, beta_2=0.999,
-                           epsilon=1e-7, **(grad_scale if scaled else {}))
-      slots.append([x.numpy().view(np.uint32) for x in (m, v, var)])
-    for ours, theirs in zip(*slots):
+    scaling = dict(grad_scale=(tf.constant(factor, tf.float32), tf.constant(divisor, tf.float32)))
+    for ours, theirs in _swept_slots(grad, scaling):
       np.testing.assert_array_equal(ours, theirs, err_msg=f"divisor {divisor!r}")
     pairs += grad.shape[0] * grad.shape[1]
   assert pairs >= 10**7
@@ -410,20 +415,12 @@ def test_the_clip_swept_over_values_and_bounds_is_tf_clip_by_value(grad_scale):
   # Nonzero bounds, or bounds no value ties at zero: where a value of zero meets a bound of
   # zero, the sign TensorFlow's minimum keeps depends on the tensor's size (docs/design.md).
   rng = np.random.default_rng(12)
-  indices = tf.constant(np.arange(SWEEP_ROWS), tf.int64)
   for least, greatest in CLIP_BOUNDS:
     grad = tf.constant(_sweep_values(rng, 1.0, 1.0))
     scaling = dict(grad_clip=(tf.constant(least, tf.float32), tf.constant(greatest, tf.float32)))
     if grad_scale:
       scaling["grad_scale"] = tuple(tf.constant(x, tf.float32) for x in grad_scale)
-    slots = []
-    for scaled in (True, False):
-      var, m, v = (tf.Variable(tf.zeros((SWEEP_ROWS, 128))) for _ in range(3))
-      ops.sparse_lazy_adam(var, m, v, grad if scaled else _prescaled(grad, scaling), indices,
-                           beta_1_power=0.5, beta_2_power=0.5, lr=0.01, beta_1=0.0, beta_2=0.999,
-                           epsilon=1e-7, **(scaling if scaled else {}))
-      slots.append([x.numpy().view(np.uint32) for x in (m, v, var)])
-    for ours, theirs in zip(*slots):
+    for ours, theirs in _swept_slots(grad, scaling):
       if np.isnan(least) or np.isnan(greatest):
         # Every value NaN, as TensorFlow's: which NaN (its payload) is the hardware's choice.
         ours, theirs = (np.where(np.isnan(x.view(np.float32)), np.uint32(0x7FC00000), x)

@@ -6,6 +6,8 @@ stays an `IndexedSlices` up to the op and rows no step names keep their bits.
 Why: see docs/optimizers.md, "Keras features at sparse cost".
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -849,17 +851,18 @@ def test_features_through_our_router(flavor):
 LOSS_SCALE = 128.0
 
 
-def _loss_scaled(wrapper, flavor, opt_name):
-  """(optimizer, unscale(grads)) of `opt_name` in `flavor` under loss-scale `wrapper`."""
-  make = getattr(common.flavor_module(flavor), opt_name)
+def _loss_scaled(wrapper, flavor, opt_name, **options):
+  """(optimizer, unscale(grads)) of `opt_name` (OPTIONS and `options`) in `flavor` under
+  loss-scale `wrapper`."""
+  make = functools.partial(getattr(common.flavor_module(flavor), opt_name), **OPTIONS, **options)
   if wrapper == "loss_scale_factor":
-    return make(**OPTIONS, loss_scale_factor=LOSS_SCALE), lambda grads: grads
+    return make(loss_scale_factor=LOSS_SCALE), lambda grads: grads
   if flavor == "keras":
     import keras
-    opt = keras.optimizers.LossScaleOptimizer(make(**OPTIONS), initial_scale=LOSS_SCALE)
+    opt = keras.optimizers.LossScaleOptimizer(make(), initial_scale=LOSS_SCALE)
     return opt, lambda grads: grads  # its apply unscales
   from tf_opt_ops import _keras2
-  opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(**OPTIONS), dynamic=False,
+  opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(), dynamic=False,
                                                              initial_scale=LOSS_SCALE)
   return opt, opt.get_unscaled_gradients
 
@@ -868,15 +871,17 @@ LOSS_SCALED = [("keras", "LossScaleOptimizer"), ("keras", "loss_scale_factor"),
                ("tf_keras", "LossScaleOptimizer"), ("legacy", "LossScaleOptimizer")]
 
 
+@pytest.mark.parametrize("clip", [None, "clipvalue"])
 @pytest.mark.parametrize("opt_name", OPTIMIZERS)
 @pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
-def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
+def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name, clip):
   """Each API's loss scaling around ours unscales and checks the slices' values only: the update
-  is the reference's of the unscaled gradient, lazily, with no densifying op, and the unscaled
-  values (a product or quotient by one value) are never written: the Scaled op takes them
-  unscaled, with the scale."""
+  is the reference's of the unscaled gradient (clipped by value with `clip`), lazily, with no
+  densifying op, and the unscaled (and clipped) values are never written: one Scaled op takes
+  the values as the step's argument gives them, with the scale (and the clip range)."""
   table, _ = _variables(flavor)
-  opt, unscale = _loss_scaled(wrapper, flavor, opt_name)
+  clip_options = CLIPS[clip] if clip else {}
+  opt, unscale = _loss_scaled(wrapper, flavor, opt_name, **clip_options)
   table_ref = make_reference(opt_name, table.numpy().astype(np.float64), options=OPTIONS)
 
   @tf.function
@@ -887,50 +892,15 @@ def test_loss_scaling_keeps_the_gradient_sparse(flavor, wrapper, opt_name):
   for values, indices, _ in _batches():
     before = table.numpy().copy()
     step(tf.constant(values), tf.constant(indices))
+    if clip:
+      values, = _stock_clip([values], clip_options)
     table_ref.sparse(values.astype(np.float64), indices)
     _assert_lazy_update(table, table_ref, before, indices)
-  _assert_graph_stays_sparse(step, opt_name,
-                             _batches()[0][:2], {opt_name: _scaled_op(SPARSE_OPS[opt_name])})
-
-
-@pytest.mark.parametrize("flavor,wrapper", LOSS_SCALED, ids=["-".join(c) for c in LOSS_SCALED])
-def test_loss_scaling_with_clipvalue_unscales_and_clips_in_the_op(flavor, wrapper):
-  """clipvalue under each API's loss scaling: the unscaled values clipped, applied lazily, by
-  one Scaled op that reads the scaled values as the step's argument gives them (no unscaled or
-  clipped tensor is written)."""
-  table, _ = _variables(flavor)
-  make = getattr(common.flavor_module(flavor), "LazyAdam")
-  options = dict(OPTIONS, clipvalue=0.5)
-  if wrapper == "loss_scale_factor":
-    opt, unscale = make(**options, loss_scale_factor=LOSS_SCALE), lambda grads: grads
-  elif flavor == "keras":
-    import keras
-    opt = keras.optimizers.LossScaleOptimizer(make(**options), initial_scale=LOSS_SCALE)
-    unscale = lambda grads: grads  # noqa: E731 (its apply unscales)
-  else:
-    from tf_opt_ops import _keras2
-    opt = _keras2.package().mixed_precision.LossScaleOptimizer(make(**options), dynamic=False,
-                                                               initial_scale=LOSS_SCALE)
-    unscale = opt.get_unscaled_gradients
-  table_ref = make_reference("LazyAdam", table.numpy().astype(np.float64), options=OPTIONS)
-
-  @tf.function
-  def step(values, indices):
-    grads = unscale([_sparse(values * LOSS_SCALE, indices)])
-    opt.apply_gradients([(grads[0], table)])
-
-  for values, indices, _ in _batches():
-    before = table.numpy().copy()
-    step(tf.constant(values), tf.constant(indices))
-    clipped, = _stock_clip([values], dict(clipvalue=0.5))
-    table_ref.sparse(clipped.astype(np.float64), indices)
-    _assert_lazy_update(table, table_ref, before, indices)
-  op = _scaled_op(SPARSE_OPS["LazyAdam"])
-  _assert_graph_stays_sparse(step, "LazyAdam", _batches()[0][:2], {"LazyAdam": op})
-  nodes = step.get_concrete_function(*map(tf.constant, _batches()[0][:2])).graph.as_graph_def()
-  scaled = [n for f in nodes.library.function for n in f.node_def if n.op == op]
-  scaled += [n for n in nodes.node if n.op == op]
-  assert scaled and all(n.attr["clip_grad_values"].b for n in scaled)
+  op = _scaled_op(SPARSE_OPS[opt_name])
+  _assert_graph_stays_sparse(step, opt_name, _batches()[0][:2], {opt_name: op})
+  graph = step.get_concrete_function(*map(tf.constant, _batches()[0][:2])).graph.as_graph_def()
+  nodes = [n for f in graph.library.function for n in f.node_def] + list(graph.node)
+  assert {n.attr["clip_grad_values"].b for n in nodes if n.op == op} == {bool(clip)}
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
