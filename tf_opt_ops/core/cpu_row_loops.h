@@ -155,9 +155,11 @@ class ScaledGradRows {
 
     const C* operator()(int64_t u) {
       const T* g = rows_.rows_ + u * rows_.dim_;
-      // The scale's divide is fixed per call: a branch per row, not per element.
-      VisitGradDivide(rows_.scale_, [&](auto divide) {
-        ScaleGradRow<T, decltype(divide)::value>(g, rows_.dim_, rows_.scale_, buffer_.data());
+      // The scale's divide and clip are fixed per call: a branch per row, not per
+      // element.
+      VisitGradScaling(rows_.scale_, [&](auto divide, auto clips) {
+        ScaleGradRow<T, decltype(divide)::value, decltype(clips)::value>(
+            g, rows_.dim_, rows_.scale_, buffer_.data());
       });
       return buffer_.data();
     }
@@ -218,9 +220,10 @@ class SummedGradRows {
                   if (!scale.changes_values()) {
                     sum_groups(begin, end, [](const T& g) { return Load<C>(g); });
                   } else {
-                    VisitGradDivide(scale, [&](auto divide) {
+                    VisitGradScaling(scale, [&](auto divide, auto clips) {
                       sum_groups(begin, end, [scale](const T& g) {
-                        return ScaledGradValue<T, decltype(divide)::value>(Load<C>(g), scale);
+                        return ScaledGradValue<T, decltype(divide)::value, decltype(clips)::value>(
+                            Load<C>(g), scale);
                       });
                     });
                   }

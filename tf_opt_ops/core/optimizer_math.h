@@ -469,7 +469,7 @@ TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
 // they are; 1 reads each value g as g * numerator (Keras' global_clipnorm);
 // 2 as (g * numerator) / denominator (Keras' clipnorm). Where it `clips`
 // (Keras' clipvalue), the scaled value is then clipped to [clip_min,
-// clip_max]; the infinite bounds of no clip leave every value as it is.
+// clip_max].
 template <typename C>
 struct GradScale {
   int count = 0;
@@ -508,12 +508,11 @@ enum class GradDivide { kNone, kByDenominator, kByInverse };
 // it in T: each operation rounded to T (C holds each exactly, and a 16-bit
 // result of a float operation rounded to T is the correctly rounded T
 // result), so the op reads the bits a tensor of the scaled values would hold.
-// kDivide: how (GradDivide). Then clipped as tf.clip_by_value clips (the
-// bounds are values of T: no rounding): its minimum with clip_max, then the
-// maximum of that with clip_min, each keeping a NaN and, on a tie, the value
-// itself. Always applied: with no clip the bounds are infinite, and a branch
-// per element would cost the loops their vectorization.
-template <typename T, GradDivide kDivide, typename C>
+// kDivide: how (GradDivide). With kClips, then clipped as tf.clip_by_value
+// clips (the bounds are values of T: no rounding): its minimum with
+// clip_max, then the maximum of that with clip_min, each keeping a NaN and,
+// on a tie, the value itself.
+template <typename T, GradDivide kDivide, bool kClips, typename C>
 TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
   C value = RoundTo<T, C>(g * s.numerator);
   if constexpr (kDivide == GradDivide::kByDenominator) {
@@ -521,20 +520,32 @@ TF_OPT_OPS_HOST_DEVICE C ScaledGradValue(C g, const GradScale<C>& s) {
   } else if constexpr (kDivide == GradDivide::kByInverse) {
     value = RoundTo<T, C>(value * s.inverse_denominator);
   }
-  value = s.clip_max < value ? s.clip_max : value;
-  return value < s.clip_min ? s.clip_min : value;
+  if constexpr (kClips) {
+    value = s.clip_max < value ? s.clip_max : value;
+    value = value < s.clip_min ? s.clip_min : value;
+  }
+  return value;
 }
 
-// Calls f(std::integral_constant<GradDivide, how>{}) for scale `s`: the row
-// loops branch on the divide once, not per value.
+// Calls f(std::integral_constant<GradDivide, how>{},
+// std::integral_constant<bool, clips>{}) for scale `s`: the row loops branch
+// on the divide and the clip once, not per value, and a loop without a clip
+// range has no compare in it.
 template <typename C, typename F>
-void VisitGradDivide(const GradScale<C>& s, F&& f) {
+void VisitGradScaling(const GradScale<C>& s, F&& f) {
+  const auto with_clip = [&](auto divide) {
+    if (s.clips) {
+      f(divide, std::true_type{});
+    } else {
+      f(divide, std::false_type{});
+    }
+  };
   if (s.count < 2) {
-    f(std::integral_constant<GradDivide, GradDivide::kNone>{});
+    with_clip(std::integral_constant<GradDivide, GradDivide::kNone>{});
   } else if (s.inverse_denominator != C(0)) {
-    f(std::integral_constant<GradDivide, GradDivide::kByInverse>{});
+    with_clip(std::integral_constant<GradDivide, GradDivide::kByInverse>{});
   } else {
-    f(std::integral_constant<GradDivide, GradDivide::kByDenominator>{});
+    with_clip(std::integral_constant<GradDivide, GradDivide::kByDenominator>{});
   }
 }
 
@@ -542,10 +553,12 @@ void VisitGradDivide(const GradScale<C>& s, F&& f) {
 // the compute type. Restrict parameters and the scale by value: so that the
 // loop vectorizes (GCC honours restrict on parameters only, and a divisor
 // read through a pointer would be reloaded per element), the divide too.
-template <typename T, GradDivide kDivide, typename C>
+template <typename T, GradDivide kDivide, bool kClips, typename C>
 TF_OPT_OPS_ROW_LOOP void ScaleGradRow(const T* TF_OPT_OPS_RESTRICT g, int64_t n,
                                       const GradScale<C> s, C* TF_OPT_OPS_RESTRICT out) {
-  for (int64_t j = 0; j < n; ++j) out[j] = ScaledGradValue<T, kDivide>(Load<C>(g[j]), s);
+  for (int64_t j = 0; j < n; ++j) {
+    out[j] = ScaledGradValue<T, kDivide, kClips>(Load<C>(g[j]), s);
+  }
 }
 
 // A weight w of a touched row after decoupled weight decay, as stock Keras
