@@ -40,12 +40,12 @@ def _check_finite_of_slices(check_finite):
 
   @functools.wraps(check_finite)
   def check(self, grads):
-    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    summed = [
-        v for v, g in zip(values, grads)
-        if isinstance(g, tf.IndexedSlices) and tf.as_dtype(v.dtype) in (tf.float32, tf.float64)
-    ]
-    rest = [v for v in values if not any(v is s for s in summed)]
+    summed, rest = [], []
+    for g in grads:
+      sparse = isinstance(g, tf.IndexedSlices)
+      values = g.values if sparse else g
+      summable = sparse and tf.as_dtype(values.dtype) in (tf.float32, tf.float64)
+      (summed if summable else rest).append(values)
     if not summed:
       return check_finite(self, rest)
     return tf.reduce_all(tf.stack([all_finite(v) for v in summed] + [check_finite(self, rest)]))

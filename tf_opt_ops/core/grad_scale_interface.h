@@ -28,6 +28,17 @@ constexpr int kMaxScaleCount = 2;
 constexpr int kClipCount = 2;
 constexpr int kMaxCount = kMaxScaleCount + kClipCount;
 
+// Whether `count` grad_scale inputs fit the attr clip_grad_values = `clips`;
+// kCountRule says what does, for the errors of the shape function and the
+// kernel alike.
+constexpr bool IsValidCount(int count, bool clips) {
+  return count >= (clips ? kClipCount : 0) && count - (clips ? kClipCount : 0) <= kMaxScaleCount;
+}
+constexpr const char* kCountRule =
+    "grad_scale holds at most 2 scale values (a factor, or a factor and a divisor), then with "
+    "clip_grad_values the least and the greatest value, and nothing else.";
+static_assert(kMaxScaleCount == 2 && kClipCount == 2, "kCountRule states these counts");
+
 // The first grad_scale input of an op with `num_inputs` inputs, `count` of
 // them the scale's.
 constexpr int FirstInput(int num_inputs, int count) { return num_inputs - count; }

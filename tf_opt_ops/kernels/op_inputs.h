@@ -255,13 +255,10 @@ inline absl::Status GetGradScaleInputs(tensorflow::OpKernelConstruction* ctx,
   if (ctx->HasAttr(grad_scale::kClipsAttr)) {
     TF_RETURN_IF_ERROR(ctx->GetAttr(grad_scale::kClipsAttr, &inputs->clips));
   }
-  const int clip_count = inputs->clips ? grad_scale::kClipCount : 0;
-  if (inputs->count < clip_count || inputs->count - clip_count > grad_scale::kMaxScaleCount) {
+  if (!grad_scale::IsValidCount(inputs->count, inputs->clips)) {
     return InvalidArgument("num_grad_scales = ", inputs->count,
-                           " with clip_grad_values = ", inputs->clips ? "true" : "false",
-                           ", but grad_scale holds at most ", grad_scale::kMaxScaleCount,
-                           " scale values (a factor, or a factor and a divisor), then with "
-                           "clip_grad_values the least and the greatest value, and nothing else.");
+                           " with clip_grad_values = ", inputs->clips ? "true" : "false", ", but ",
+                           grad_scale::kCountRule);
   }
   return absl::OkStatus();
 }

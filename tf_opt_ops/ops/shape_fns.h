@@ -79,13 +79,10 @@ inline absl::Status CheckGradScale(InferenceContext* c, absl::Status status) {
   bool clips = false;
   TF_RETURN_IF_ERROR(c->GetAttr(grad_scale::kCountAttr, &count));
   TF_RETURN_IF_ERROR(c->GetAttr(grad_scale::kClipsAttr, &clips));
-  const int clip_count = clips ? grad_scale::kClipCount : 0;
-  if (count < clip_count || count - clip_count > grad_scale::kMaxScaleCount) {
+  if (!grad_scale::IsValidCount(count, clips)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "num_grad_scales = ", count, " with clip_grad_values = ", clips ? "true" : "false",
-        ", but grad_scale holds at most ", grad_scale::kMaxScaleCount,
-        " scale values (a factor, or a factor and a divisor), then with clip_grad_values the "
-        "least and the greatest value, and nothing else."));
+        ", but ", grad_scale::kCountRule));
   }
   return CheckScalarInputs(c, grad_scale::FirstInput(c->num_inputs(), count), count);
 }
