@@ -321,6 +321,42 @@ inline void StoreFloat16x8(const Float16Staged* in, H* h) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
   if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) StoreFloat16x8Nans(in, h);
 }
+
+// X, or the staging type where X is float16.
+template <typename X>
+using Float16StagedT =
+    std::conditional_t<HalfKindOf<std::remove_cv_t<X>>::value == HalfKind::kFloat16, Float16Staged,
+                       X>;
+
+// kFloat16Lanes elements of a row of X for a staged row loop: loaded into
+// floats (LoadFloat16x8) and stored back (Store) where X is float16, else the
+// row's own elements.
+template <typename X, bool kStaged = !std::is_same_v<Float16StagedT<X>, X>>
+class Float16Stage {
+ public:
+  explicit Float16Stage(X* row) : row_(row) {}
+  X* at(int l) { return row_ + l; }
+  void Store() {}
+
+ private:
+  X* row_;
+};
+template <typename X>
+class Float16Stage<X, true> {
+ public:
+  explicit Float16Stage(X* row) : row_(row) { LoadFloat16x8(row, lanes_); }
+  Float16Staged* at(int l) { return lanes_ + l; }
+  void Store() { StoreFloat16x8(lanes_, row_); }
+
+ private:
+  X* row_;
+  Float16Staged lanes_[kFloat16Lanes];
+};
+
+// Whether a row loop over these types stages kFloat16Lanes elements at a time.
+template <typename... X>
+constexpr bool kAnyFloat16 = (... ||
+                              (HalfKindOf<std::remove_cv_t<X>>::value == HalfKind::kFloat16));
 #endif
 
 TF_OPT_OPS_HOST_DEVICE uint32_t FloatBits(float x) {
@@ -374,6 +410,14 @@ TF_OPT_OPS_HOST_DEVICE RowNoise RowNoiseOf(const AdamStateLayout& layout, int64_
   return RowNoise{SlotRowKey(layout, 0, row), SlotRowKey(layout, 1, row)};
 }
 
+// a where `condition` holds, else b, through masks: a ternary on a value the
+// row loop does not change (a hyperparameter rounded to T) became a branch,
+// which kept the loop from vectorizing.
+TF_OPT_OPS_HOST_DEVICE uint32_t SelectBits(bool condition, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(condition);
+  return (a & mask) | (b & ~mask);
+}
+
 // x rounded to nearest even in S, as Store rounds; for bfloat16 from the bits
 // themselves (NaN quiet, with its sign, as Eigen's conversion), so that no
 // conversion's NaN branch keeps a row loop from vectorizing.
@@ -383,7 +427,7 @@ TF_OPT_OPS_HOST_DEVICE S StoreNearest(float x) {
     const uint32_t bits = FloatBits(x);
     const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
     const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
-    return HalfKindOf<S>::FromBits(static_cast<uint16_t>(x != x ? nan : nearest));
+    return HalfKindOf<S>::FromBits(static_cast<uint16_t>(SelectBits(x != x, nan, nearest)));
   } else {
     return Store<S>(x);
   }
@@ -458,10 +502,36 @@ TF_OPT_OPS_HOST_DEVICE T StoreRounded(C x) {
   }
 }
 
+// x rounded to the nearest float16 (ties to even; from 65520 up, infinity),
+// as a float: what a store to float16 and a load give, a NaN as the quiet NaN
+// of its sign (Eigen's conversions), in integer and float operations that a
+// row loop vectorizes (a float16 conversion outside the staged loops is one
+// value at a time).
+TF_OPT_OPS_HOST_DEVICE float RoundToFloat16(float x) {
+  const uint32_t bits = FloatBits(x);
+  const uint32_t sign = bits & 0x80000000u;
+  const uint32_t magnitude = bits ^ sign;
+  // Below float16's least normal, 2^-14: a multiple of 2^-24, the spacing of
+  // floats in [0.5, 1), so adding 0.5 rounds the magnitude and taking it away
+  // is exact.
+  const float subnormal = (BitsFloat(magnitude) + 0.5f) - 0.5f;
+  // Normal: 10 of the 23 fraction bits kept, to nearest even (a carry may
+  // reach the exponent).
+  const uint32_t normal = (magnitude + 0xFFFu + ((magnitude >> 13) & 1u)) & ~0x1FFFu;
+  uint32_t rounded = SelectBits(magnitude < 0x38800000u, FloatBits(subnormal), normal);
+  rounded = SelectBits(rounded >= 0x47800000u, 0x7F800000u, rounded);   // 2^16 and up, inf
+  rounded = SelectBits(magnitude > 0x7F800000u, 0x7FC00000u, rounded);  // NaN
+  return BitsFloat(sign | rounded);
+}
+
 // x rounded to T and back to the compute type C (nothing to do for C == T).
 template <typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE C RoundTo(C x) {
-  return Load<C>(StoreRounded<T, C>(x));
+  if constexpr (HalfKindOf<T>::value == HalfKind::kFloat16 && std::is_same_v<C, float>) {
+    return RoundToFloat16(x);
+  } else {
+    return Load<C>(StoreRounded<T, C>(x));
+  }
 }
 
 // The scale of a sparse op's gradient values (its grad_scale inputs,
@@ -624,18 +694,19 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OPT_OPS_R
     constexpr bool kDecay = decltype(decay)::value;
     int64_t j = 0;
 #if defined(TF_OPT_OPS_F16C_CONVERSIONS)
-    if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {
+    if constexpr (kAnyFloat16<T, S, G>) {
       for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
-        Float16Staged m8[kFloat16Lanes], v8[kFloat16Lanes];
-        LoadFloat16x8(m + j, m8);
-        LoadFloat16x8(v + j, v8);
+        Float16Stage<T> w8(var + j);
+        Float16Stage<S> m8(m + j), v8(v + j);
+        Float16Stage<const G> g8(g + j);
 #pragma GCC unroll 1  // a loop of 8 for the vectorizer, not 8 unrolled elements
         for (int l = 0; l < kFloat16Lanes; ++l) {
-          LazyAdamElement<kStochastic, T, Float16Staged, C, kDecay>(
-              var + j + l, m8 + l, v8 + l, Load<C>(g[j + l]), s, noise, j + l);
+          LazyAdamElement<kStochastic, Float16StagedT<T>, Float16StagedT<S>, C, kDecay>(
+              w8.at(l), m8.at(l), v8.at(l), Load<C>(*g8.at(l)), s, noise, j + l);
         }
-        StoreFloat16x8(m8, m + j);
-        StoreFloat16x8(v8, v + j);
+        w8.Store();
+        m8.Store();
+        v8.Store();
       }
     }
 #endif
@@ -723,16 +794,18 @@ TF_OPT_OPS_ROW_LOOP void LazyAdamRowwiseRow(T* TF_OPT_OPS_RESTRICT var, S* TF_OP
     constexpr bool kDecay = decltype(decay)::value;
     int64_t j = 0;
 #if defined(TF_OPT_OPS_F16C_CONVERSIONS)
-    if constexpr (HalfKindOf<S>::value == HalfKind::kFloat16) {  // as in LazyAdamRow
+    if constexpr (kAnyFloat16<T, S, G>) {  // as in LazyAdamRow
       for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
-        Float16Staged m8[kFloat16Lanes];
-        LoadFloat16x8(m + j, m8);
+        Float16Stage<T> w8(var + j);
+        Float16Stage<S> m8(m + j);
+        Float16Stage<const G> g8(g + j);
 #pragma GCC unroll 1  // as in LazyAdamRow
         for (int l = 0; l < kFloat16Lanes; ++l) {
-          LazyAdamRowwiseElement<kStochastic, T, Float16Staged, C, kDecay>(
-              var + j + l, m8 + l, Load<C>(g[j + l]), denominator, s, noise, j + l);
+          LazyAdamRowwiseElement<kStochastic, Float16StagedT<T>, Float16StagedT<S>, C, kDecay>(
+              w8.at(l), m8.at(l), Load<C>(*g8.at(l)), denominator, s, noise, j + l);
         }
-        StoreFloat16x8(m8, m + j);
+        w8.Store();
+        m8.Store();
       }
     }
 #endif
@@ -944,17 +1017,42 @@ TF_OPT_OPS_HOST_DEVICE C ClippyScale(C min_ratio) {
 }
 
 // Pass 2 for one element (flat index e), with the scale of the whole variable.
-template <bool kStochastic, bool kDecay, typename T, typename A, typename C>
-TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
-                                               const ClippyStep<C>& s, int64_t e) {
+// kUpdatesAccumulator: !s.use_standard_accumulator_update (pass 1 updated it
+// otherwise), a template parameter so that no row loop holds the branch.
+template <bool kStochastic, bool kDecay, bool kUpdatesAccumulator, typename T, typename A,
+          typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElementWith(T* var, A* accum, C g, C scale,
+                                                   const ClippyStep<C>& s, int64_t e) {
   const C a = Load<C>(*accum);
   const C p = C(1) / Sqrt<C>(a + s.epsilon);
   const C delta = s.lr * g * p;
-  if (!s.use_standard_accumulator_update) {
-    const C g_acc = s.clip_accumulator_update ? g * scale : g;
+  if constexpr (kUpdatesAccumulator) {
+    // g * 1 is g: a factor, not a select of g * scale or g, keeps the loop
+    // branch-free.
+    const C g_acc = g * (s.clip_accumulator_update ? scale : C(1));
     *accum = StoreAccum<kStochastic, A>(a + g_acc * g_acc, s, e);
   }
   *var = Store<T>(ClippyWeight<kDecay, T, C>(var, s) - delta * scale);
+}
+
+// Calls f(std::integral_constant<bool, updates>{}) for a step that updates
+// the accumulator in pass 2 (!s.use_standard_accumulator_update), as WithDecay.
+template <typename C, typename F>
+TF_OPT_OPS_HOST_DEVICE void WithAccumulatorUpdate(const ClippyStep<C>& s, F&& f) {
+  if (s.use_standard_accumulator_update) {
+    f(std::false_type{});
+  } else {
+    f(std::true_type{});
+  }
+}
+
+template <bool kStochastic, bool kDecay, typename T, typename A, typename C>
+TF_OPT_OPS_HOST_DEVICE void ClippyApplyElement(T* var, A* accum, C g, C scale,
+                                               const ClippyStep<C>& s, int64_t e) {
+  WithAccumulatorUpdate(s, [&](auto updates) {
+    ClippyApplyElementWith<kStochastic, kDecay, decltype(updates)::value, T, A, C>(var, accum, g,
+                                                                                   scale, s, e);
+  });
 }
 
 // The same with the rounding and the decay read at run time (the GPU kernels' form).
@@ -998,10 +1096,27 @@ TF_OPT_OPS_ROW_LOOP C ClippyRatioRowImpl(const T* TF_OPT_OPS_RESTRICT var,
   Lanes lane_nan = Lanes{};  // 1 once a lane saw NaN
   for (; j + kLanes <= n; j += kLanes) {
     C max_delta[kLanes], abs_delta[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      ClippyRatioTerms<kStandardUpdate, kStochastic, kDecay, T, A, C>(
-          var + j + l, accum + j + l, Load<C>(g[j + l]), s, first + j + l, max_delta + l,
-          abs_delta + l);
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+    // float16 rows staged as in LazyAdamRow, where this pass only reads them
+    // (the standard update stores the accumulator and reads it back rounded).
+    if constexpr (!kStandardUpdate && kAnyFloat16<T, A, G>) {
+      static_assert(kLanes == kFloat16Lanes, "one staging per lane block");
+      Float16Stage<const T> w8(var + j);
+      Float16Stage<A> a8(accum + j);
+      Float16Stage<const G> g8(g + j);
+#pragma GCC unroll 1  // as in LazyAdamRow
+      for (int l = 0; l < kLanes; ++l) {
+        ClippyRatioTerms<false, kStochastic, kDecay, Float16StagedT<T>, Float16StagedT<A>, C>(
+            w8.at(l), a8.at(l), Load<C>(*g8.at(l)), s, first + j + l, max_delta + l, abs_delta + l);
+      }
+    } else
+#endif
+    {
+      for (int l = 0; l < kLanes; ++l) {
+        ClippyRatioTerms<kStandardUpdate, kStochastic, kDecay, T, A, C>(
+            var + j + l, accum + j + l, Load<C>(g[j + l]), s, first + j + l, max_delta + l,
+            abs_delta + l);
+      }
     }
     Lanes md, ad;
     __builtin_memcpy(&md, max_delta, sizeof(md));
@@ -1051,11 +1166,32 @@ TF_OPT_OPS_ROW_LOOP void ClippyApplyRow(T* TF_OPT_OPS_RESTRICT var, A* TF_OPT_OP
   // compiler from vectorizing the loop.
   const ClippyStep<C> s = step;
   WithDecay(s, [&](auto decay) {
-    constexpr bool kDecay = decltype(decay)::value;
-    for (int64_t j = 0; j < n; ++j) {
-      ClippyApplyElement<kStochastic, kDecay, T, A, C>(var + j, accum + j, Load<C>(g[j]), scale, s,
-                                                       first + j);
-    }
+    WithAccumulatorUpdate(s, [&](auto updates) {
+      constexpr bool kDecay = decltype(decay)::value;
+      constexpr bool kUpdates = decltype(updates)::value;
+      int64_t j = 0;
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+      if constexpr (kAnyFloat16<T, A, G>) {  // as in LazyAdamRow
+        for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
+          Float16Stage<T> w8(var + j);
+          Float16Stage<A> a8(accum + j);
+          Float16Stage<const G> g8(g + j);
+#pragma GCC unroll 1  // as in LazyAdamRow
+          for (int l = 0; l < kFloat16Lanes; ++l) {
+            ClippyApplyElementWith<kStochastic, kDecay, kUpdates, Float16StagedT<T>,
+                                   Float16StagedT<A>, C>(w8.at(l), a8.at(l), Load<C>(*g8.at(l)),
+                                                         scale, s, first + j + l);
+          }
+          w8.Store();
+          if constexpr (kUpdates) a8.Store();
+        }
+      }
+#endif
+      for (; j < n; ++j) {
+        ClippyApplyElementWith<kStochastic, kDecay, kUpdates, T, A, C>(
+            var + j, accum + j, Load<C>(g[j]), scale, s, first + j);
+      }
+    });
   });
 }
 
