@@ -411,8 +411,8 @@ TF_OPT_OPS_HOST_DEVICE RowNoise RowNoiseOf(const AdamStateLayout& layout, int64_
 }
 
 // a where `condition` holds, else b, through masks: a ternary on a value the
-// row loop does not change (a hyperparameter rounded to T) became a branch,
-// which kept the loop from vectorizing.
+// row loop does not change (a hyperparameter rounded to float16) became a
+// branch, which kept the loop from vectorizing.
 TF_OPT_OPS_HOST_DEVICE uint32_t SelectBits(bool condition, uint32_t a, uint32_t b) {
   const uint32_t mask = 0u - static_cast<uint32_t>(condition);
   return (a & mask) | (b & ~mask);
@@ -427,7 +427,7 @@ TF_OPT_OPS_HOST_DEVICE S StoreNearest(float x) {
     const uint32_t bits = FloatBits(x);
     const uint32_t nearest = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
     const uint32_t nan = ((bits >> 16) & 0x8000u) | 0x7FC0u;
-    return HalfKindOf<S>::FromBits(static_cast<uint16_t>(SelectBits(x != x, nan, nearest)));
+    return HalfKindOf<S>::FromBits(static_cast<uint16_t>(x != x ? nan : nearest));
   } else {
     return Store<S>(x);
   }
