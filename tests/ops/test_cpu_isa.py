@@ -1,9 +1,10 @@
 """The CPU kernels' instruction-set levels: the level in use, and the same bits on every level.
 
 Each level this machine runs (avx, and avx2 / avx512 where the CPU has them) computes every op x
-dtype x light-state layout (row-wise Adagrad's tables and weight decay modes too), a few of them
-inside XLA (whose custom calls run the same dispatched loops), random cases with special values,
-and every float16 conversion in a fresh process forced to it with TF_OPT_OPS_CPU_ISA; the
+dtype x light-state layout (row-wise Adagrad's tables and weight decay modes too, the lazy moving
+average on every table type), a few of them inside XLA (whose custom calls run the same
+dispatched loops), random cases with special values, and every float16 conversion in a fresh
+process forced to it with TF_OPT_OPS_CPU_ISA; the
 outputs must be identical bit for bit across levels, equal `reference.py`'s, and convert float16
 as Eigen's software conversion does.
 Why: see docs/design.md, "Instruction sets".
@@ -25,6 +26,7 @@ ADAM = dict(lr=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-7)
 CLIPPY = dict(lr=0.1, epsilon=1e-7, variable_relative_threshold=0.1,
               accumulator_relative_threshold=0.01, absolute_threshold=1e-4)
 ROWWISE = dict(lr=0.05, epsilon=1e-8, weight_decay=0.01)
+EMA_MOMENTUM = 0.99
 # Lazy Adam's fused weight decay (the W ops): every Adam case runs without and with it.
 ADAM_WEIGHT_DECAYS = {"": None, "wd_": 0.3}
 # Sparse Clippy's fused weight decay (the W ops): every sparse Clippy case runs without and with it.
@@ -108,6 +110,25 @@ def rowwise_state(rng, reference, t):
       reference.random_values(rng, (ROWS, DIM), t),
       reference.random_values(rng, (ROWS,), "float64" if t == "float64" else "float32", 0, 0.1)
   ]
+
+
+def moving_average_cases():
+  """(name, table dtype, special values): the lazy moving average op on every table type, with
+  random values and with special ones (NaN, infinities, subnormals)."""
+  return [(f"ema_{t}" + ("_special" if special else ""), t, special)
+          for t in ("float16", "bfloat16", "float32", "float64")
+          for special in (False, True)]
+
+
+def moving_average_state(rng, reference, t, special):
+  """(table, its average, each row's synced count: 0 to 4 of the EMA steps before the first
+  count, 5)."""
+  if special:
+    table = [special_values(rng, (ROWS, DIM), t) for _ in range(2)]
+    table = [reference.store(x, t) if t == "bfloat16" else x for x in table]
+  else:
+    table = [reference.random_values(rng, (ROWS, DIM), t) for _ in range(2)]
+  return [*table, rng.integers(0, 5, ROWS).astype(np.int32)]
 
 
 def adam_state(rng, reference, t, s, rowwise):
@@ -213,6 +234,16 @@ def worker(out_path):
                                  weight_decay_mode=mode, stochastic_rounding=stochastic, seed=77,
                                  **ROWWISE)
     out[f"{name}/var"], out[f"{name}/accum"] = stored(var, t), stored(accum, accum_dtype)
+  for name, t, special in moving_average_cases():
+    rng = np.random.default_rng(6)
+    table, average0, synced0 = moving_average_state(rng, reference, t, special)
+    var, average = tf.Variable(tensor(table, t)), tf.Variable(tensor(average0, t))
+    synced = tf.Variable(synced0)
+    for count, i in enumerate(INDICES, start=5):
+      ops.sparse_moving_average(average, synced, var,
+                                tf.constant(i, tf.int32 if count % 2 else tf.int64), count=count,
+                                ema_momentum=EMA_MOMENTUM)
+    out[f"{name}/average"], out[f"{name}/synced"] = stored(average, t), synced.numpy()
   for (prefix, decay), (name, t, s, rowwise,
                         stochastic) in itertools.product(ADAM_WEIGHT_DECAYS.items(), adam_cases()):
     rng = np.random.default_rng(1)
@@ -386,6 +417,15 @@ def test_every_level_matches_the_reference(outputs):
       var, accum = reference.sparse_rowwise_adagrad(var, accum, g, np.asarray(i), t,
                                                     weight_decay_mode=mode, **ROWWISE)
     expected.update({f"{name}/var": var, f"{name}/accum": accum})
+  for name, t, special in moving_average_cases():
+    if special:
+      continue  # TensorFlow's ops flush subnormals, NumPy does not: compared across levels only
+    rng = np.random.default_rng(6)
+    table, average, synced = moving_average_state(rng, reference, t, special)
+    for count, i in enumerate(INDICES, start=5):
+      average, synced = reference.sparse_moving_average(average, synced, table, i, t, count=count,
+                                                        ema_momentum=EMA_MOMENTUM)
+    expected.update({f"{name}/average": average, f"{name}/synced": synced})
   for level, out in outputs.items():
     for key, want in expected.items():
       _assert_same_bits(out[key], want, f"{key} at {level} against the reference")

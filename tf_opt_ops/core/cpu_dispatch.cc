@@ -102,6 +102,23 @@ absl::Status SparseApplyClippyAdagradAveraged(const CpuPool& pool,
 }
 
 template <typename T, typename Tindex>
+absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
+                                          const MovingAverageRows<Tindex>& rows, const T* var,
+                                          T* average, int32_t* synced,
+                                          const MovingAverageStep<ComputeT<T>>& step) {
+  switch (ActiveCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return avx512::SparseApplyLazyMovingAverage<T, Tindex>(pool, rows, var, average, synced,
+                                                             step);
+    case CpuIsa::kAvx2:
+      return avx2::SparseApplyLazyMovingAverage<T, Tindex>(pool, rows, var, average, synced, step);
+    case CpuIsa::kAvx:
+      break;
+  }
+  return avx::SparseApplyLazyMovingAverage<T, Tindex>(pool, rows, var, average, synced, step);
+}
+
+template <typename T, typename Tindex>
 void SparseApplyLazyAdamWindow(const CpuPool& pool, WindowGradient<T, Tindex>& window, T steps,
                                T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step) {
   switch (ActiveCpuIsa()) {

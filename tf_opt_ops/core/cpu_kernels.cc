@@ -401,6 +401,33 @@ absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, 
   return absl::OkStatus();
 }
 
+template <typename T, typename Tindex>
+absl::Status SparseApplyLazyMovingAverage(const CpuPool& pool,
+                                          const MovingAverageRows<Tindex>& rows, const T* var,
+                                          T* average, int32_t* synced,
+                                          const MovingAverageStep<ComputeT<T>>& step) {
+  using C = ComputeT<T>;
+  RowGroups groups;
+  absl::Status status =
+      GroupRows<Tindex>(pool, rows.indices, rows.num_indices, rows.num_rows, &groups);
+  if (!status.ok()) return status;
+  const int64_t dim = rows.row_size;
+  const int64_t* distinct = groups.rows();
+  const auto offset = [distinct, dim](int64_t u) { return distinct[u] * dim; };
+  const auto length = [dim](int64_t) { return dim; };
+  // Per row: read var, average and synced; write average and synced.
+  const Eigen::TensorOpCost cost(dim * 2.0 * sizeof(T) + sizeof(int32_t),
+                                 dim * 1.0 * sizeof(T) + sizeof(int32_t), 10.0 * dim + 40.0);
+  ForEachItem(pool, groups.num_unique(), cost, [&](int64_t begin, int64_t end) {
+    MovingAverageDecayCache<T, C> decay_of(step);
+    ForEachSpan(begin, end, {TableOf(average), TableOf(var), TableOf(synced, dim)}, offset, length,
+                [&](int64_t u, int64_t o) {
+                  CatchUpAverageRow<T>(decay_of, average + o, var + o, dim, synced + distinct[u]);
+                });
+  });
+  return absl::OkStatus();
+}
+
 TF_OPT_OPS_CPU_KERNEL_TYPES(TF_OPT_OPS_CPU_KERNELS_INSTANTIATE)
 TF_OPT_OPS_CPU_TABLE_TYPES(TF_OPT_OPS_CPU_TABLE_INSTANTIATE)
 

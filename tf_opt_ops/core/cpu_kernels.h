@@ -32,6 +32,16 @@ struct SparseGrad {
   GradScale<ComputeT<T>> scale = {};
 };
 
+// The rows of a lazy moving-average step: `num_indices` (> 0) indices into
+// tables of `num_rows` rows of `row_size` elements each.
+template <typename Tindex>
+struct MovingAverageRows {
+  const Tindex* indices;
+  int64_t num_indices;
+  int64_t num_rows;
+  int64_t row_size;
+};
+
 // A table's lazily kept moving average (op ResourceSparseApplyLazyAdamAveraged):
 // the average, of the table's shape and type, each row's count of EMA steps
 // when its average was last brought up to date, and the step.
@@ -65,10 +75,16 @@ struct LazyAverage {
 // then one update per distinct row, `accum` holding one value of the compute
 // type per row of var.
 //
+// SparseApplyLazyMovingAverage: the lazy moving average (op
+// ResourceSparseApplyLazyMovingAverage): brings the average of each distinct
+// row the indices name up to date (MovingAverageRow, once per row) and sets
+// the row's synced count to step.count. Fails with IndexOutOfRange, before
+// any write, when an index is outside [0, num_rows).
+//
 // SparseApplyLazyAdamAveraged: SparseApplyLazyAdam with slots of the table's
 // type (op ResourceSparseApplyLazyAdamAveraged), each distinct row's average
 // first brought up to date from the row's value before its update, as
-// SparseApplyLazyMovingAverage (cpu_moving_average.h) does, in the same pass.
+// SparseApplyLazyMovingAverage does, in the same pass.
 //
 // SparseApplyClippyAdagradAveraged: SparseApplyClippyAdagrad with the
 // accumulator of the table's type (op ResourceSparseApplyClippyAdagradAveraged),
@@ -111,6 +127,10 @@ struct LazyAverage {
   absl::Status SparseApplyRowwiseAdagrad(const CpuPool& pool, const SparseGrad<T, Tindex>& grad,   \
                                          T* var, ComputeT<T>* accum,                               \
                                          const RowwiseAdagradStep<ComputeT<T>>& step);             \
+  template <typename T, typename Tindex>                                                           \
+  absl::Status SparseApplyLazyMovingAverage(                                                       \
+      const CpuPool& pool, const MovingAverageRows<Tindex>& rows, const T* var, T* average,        \
+      int32_t* synced, const MovingAverageStep<ComputeT<T>>& step);                                \
   template <typename T, typename Tindex>                                                           \
   absl::Status SparseApplyLazyAdamAveraged(const CpuPool& pool, const SparseGrad<T, Tindex>& grad, \
                                            T* var, T* m, T* v, const AdamStep<ComputeT<T>>& step,  \
@@ -163,13 +183,16 @@ struct LazyAverage {
   TF_OPT_OPS_CPU_KERNELS_INSTANTIATE_SPARSE(T, S, int64_t)
 
 // The table types of the entry points whose state has the table's type or
-// the compute type (row-wise Adagrad, lazy Adam and Clippy with their moving average), and
+// the compute type (row-wise Adagrad, the moving average, lazy Adam and Clippy with it), and
 // the instantiations of those entry points for one, with both index types.
 #define TF_OPT_OPS_CPU_TABLE_TYPES(X) X(Eigen::half) X(Eigen::bfloat16) X(float) X(double)
 #define TF_OPT_OPS_CPU_TABLE_INSTANTIATE_INDEX(T, Tindex)                                          \
   template absl::Status SparseApplyRowwiseAdagrad<T, Tindex>(                                      \
       const CpuPool&, const SparseGrad<T, Tindex>&, T*, ComputeT<T>*,                              \
       const RowwiseAdagradStep<ComputeT<T>>&);                                                     \
+  template absl::Status SparseApplyLazyMovingAverage<T, Tindex>(                                   \
+      const CpuPool&, const MovingAverageRows<Tindex>&, const T*, T*, int32_t*,                    \
+      const MovingAverageStep<ComputeT<T>>&);                                                      \
   template absl::Status SparseApplyLazyAdamAveraged<T, Tindex>(                                    \
       const CpuPool&, const SparseGrad<T, Tindex>&, T*, T*, T*, const AdamStep<ComputeT<T>>&,      \
       const LazyAverage<T>&);                                                                      \

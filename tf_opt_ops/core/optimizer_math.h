@@ -626,7 +626,19 @@ void VisitGradScaling(const GradScale<C>& s, F&& f) {
 template <typename T, GradDivide kDivide, bool kClips, typename C>
 TF_OPT_OPS_ROW_LOOP void ScaleGradRow(const T* TF_OPT_OPS_RESTRICT g, int64_t n,
                                       const GradScale<C> s, C* TF_OPT_OPS_RESTRICT out) {
-  for (int64_t j = 0; j < n; ++j) {
+  int64_t j = 0;
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+  if constexpr (kAnyFloat16<T>) {  // as in LazyAdamRow
+    for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
+      Float16Stage<const T> g8(g + j);
+#pragma GCC unroll 1  // as in LazyAdamRow
+      for (int l = 0; l < kFloat16Lanes; ++l) {
+        out[j + l] = ScaledGradValue<Float16StagedT<T>, kDivide, kClips>(Load<C>(*g8.at(l)), s);
+      }
+    }
+  }
+#endif
+  for (; j < n; ++j) {
     out[j] = ScaledGradValue<T, kDivide, kClips>(Load<C>(g[j]), s);
   }
 }
@@ -746,6 +758,18 @@ TF_OPT_OPS_HOST_DEVICE C RowMeanSquare(const G* TF_OPT_OPS_RESTRICT g, int64_t n
   for (int l = 0; l < kMeanLanes; ++l) lanes[l] = C(0);
   int64_t j = 0;
   for (; j + kMeanLanes <= n; j += kMeanLanes) {  // whole chunks: a loop over lanes vectorizes
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+    if constexpr (kAnyFloat16<G>) {  // as in LazyAdamRow, in the same order
+      for (int b = 0; b < kMeanLanes; b += kFloat16Lanes) {
+        Float16Stage<const G> g8(g + j + b);
+        for (int l = 0; l < kFloat16Lanes; ++l) {
+          const C x = Load<C>(*g8.at(l));
+          lanes[b + l] += x * x;
+        }
+      }
+      continue;
+    }
+#endif
     for (int l = 0; l < kMeanLanes; ++l) {
       const C x = Load<C>(g[j + l]);
       lanes[l] += x * x;
@@ -865,12 +889,26 @@ TF_OPT_OPS_HOST_DEVICE void MovingAverageElement(T* average, const T& var, C dec
   *average = StoreRounded<T, C>(w + RoundTo<T, C>(decay * RoundTo<T, C>(Load<C>(*average) - w)));
 }
 
-// One row of `n` elements.
+// One row of `n` elements (a float16 row staged as in LazyAdamRow).
 template <typename T, typename C>
 TF_OPT_OPS_HOST_DEVICE void MovingAverageRow(T* TF_OPT_OPS_RESTRICT average,
                                              const T* TF_OPT_OPS_RESTRICT var, int64_t n, C decay) {
+  int64_t j = 0;
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+  if constexpr (kAnyFloat16<T>) {
+    for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
+      Float16Stage<T> a8(average + j);
+      Float16Stage<const T> w8(var + j);
+#pragma GCC unroll 1  // a loop of 8 for the vectorizer, not 8 unrolled elements
+      for (int l = 0; l < kFloat16Lanes; ++l) {
+        MovingAverageElement<Float16StagedT<T>, C>(a8.at(l), *w8.at(l), decay);
+      }
+      a8.Store();
+    }
+  }
+#endif
   TF_OPT_OPS_AVX512_ROW_UNROLL
-  for (int64_t j = 0; j < n; ++j) MovingAverageElement<T, C>(average + j, var[j], decay);
+  for (; j < n; ++j) MovingAverageElement<T, C>(average + j, var[j], decay);
 }
 
 // ---------------------------------------------------------- Clippy Adagrad
@@ -1249,6 +1287,19 @@ TF_OPT_OPS_HOST_DEVICE C RowwiseAdagradMeanSquare(const T* TF_OPT_OPS_RESTRICT v
     for (int l = 0; l < kMeanLanes; ++l) lanes[l] = C(0);
     int64_t j = 0;
     for (; j + kMeanLanes <= n; j += kMeanLanes) {
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+      if constexpr (kAnyFloat16<T, G>) {  // as in RowMeanSquare
+        for (int b = 0; b < kMeanLanes; b += kFloat16Lanes) {
+          Float16Stage<const G> g8(g + j + b);
+          Float16Stage<const T> w8(var + j + b);
+          for (int l = 0; l < kFloat16Lanes; ++l) {
+            const C x = Load<C>(*g8.at(l)) + weight_decay * Load<C>(*w8.at(l));
+            lanes[b + l] += x * x;
+          }
+        }
+        continue;
+      }
+#endif
       for (int l = 0; l < kMeanLanes; ++l) {
         const C x = Load<C>(g[j + l]) + weight_decay * Load<C>(var[j + l]);
         lanes[l] += x * x;
@@ -1316,7 +1367,22 @@ TF_OPT_OPS_ROW_LOOP void RowwiseAdagradRow(T* TF_OPT_OPS_RESTRICT var, C* TF_OPT
   const C correction = RowwiseAdagradCorrection<C>(multiplier, s);
   const uint32_t key =
       kStochastic ? RowwiseAdagradNoiseKey(s.seed, static_cast<float>(*accum), row) : 0u;
-  for (int64_t j = 0; j < n; ++j) {
+  int64_t j = 0;
+#if defined(TF_OPT_OPS_F16C_CONVERSIONS)
+  if constexpr (kAnyFloat16<T, G>) {  // as in LazyAdamRow
+    for (; j + kFloat16Lanes <= n; j += kFloat16Lanes) {
+      Float16Stage<T> w8(var + j);
+      Float16Stage<const G> g8(g + j);
+#pragma GCC unroll 1  // as in LazyAdamRow
+      for (int l = 0; l < kFloat16Lanes; ++l) {
+        RowwiseAdagradElement<kStochastic, Float16StagedT<T>, C>(
+            w8.at(l), Load<C>(*g8.at(l)), multiplier, correction, key, j + l);
+      }
+      w8.Store();
+    }
+  }
+#endif
+  for (; j < n; ++j) {
     RowwiseAdagradElement<kStochastic, T, C>(var + j, Load<C>(g[j]), multiplier, correction, key,
                                              j);
   }

@@ -7,7 +7,7 @@
 
 #include "tf_opt_ops/kernels/moving_average_kernels.h"
 
-#include "tf_opt_ops/core/cpu_moving_average.h"
+#include "tf_opt_ops/core/cpu_kernels.h"
 #include "tf_opt_ops/core/moving_average_interface.h"
 #include "tf_opt_ops/kernels/gpu_glue.h"
 #include "tf_opt_ops/kernels/kernel_registration.h"
