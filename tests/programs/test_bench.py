@@ -331,3 +331,13 @@ def test_features_report_keeps_the_other_rows_of_a_failed_configuration():
   timed = "| 1,000×8, B=10 | keras3 | clipnorm | 2 (2–2) | 3 (3–3) | 30 (30–30) | 1.50× | 10.0× |"
   assert timed in table
   assert "| 1,000×8, B=10 | keras3 | use_ema | the subprocess failed (exit -9): | | | | |" in table
+
+
+def test_half_rows_times_every_op_against_the_same_rounds_bare_step():
+  from benchmarks import bench_half_rows
+  result = bench_half_rows.bench_half_rows(bench.AdamCase(64, 16, 8), rounds=2, dtype="float16")
+  assert result["dtype"] == "float16" and result["rounds"] == 2
+  for name in bench_half_rows.CASES:
+    assert result[f"{name}_ms"] > 0, name
+  assert {key for key in result if key.endswith("_over_bare")
+         } == {f"{name}_over_bare" for name in bench_half_rows.CASES if name != "bare"}
